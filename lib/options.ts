@@ -1,0 +1,136 @@
+import { serializeDictionary, type Item } from 'structured-headers'
+import type {
+  DigestAlgorithms,
+  DigestDisclosure,
+  DigestRouteOptions,
+  FastifyDigestFieldsOptions
+} from '../types/index.js'
+import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
+
+/** Options normalized once, at registration or route declaration; every request reads only this. */
+export interface Settings {
+  /** Supported algorithms by key, most preferred first. */
+  readonly algorithms: ReadonlyMap<string, Algorithm>
+  /** Preference weight (1 to 10) of each supported key, as advertised in `Want-*` fields. */
+  readonly preferences: ReadonlyMap<string, number>
+  /** `preferences` serialized as a structured-field dictionary. */
+  readonly wantField: string
+  readonly strictAlgorithms: boolean
+  readonly required: boolean
+  readonly disclosure: DigestDisclosure
+  /** Problem type URIs are this plus the type name. */
+  readonly typeBase: string
+}
+
+const defaultAlgorithms = ['sha-256', 'sha-512'] as const
+const defaultProblemTypesBase = 'https://iana.org/assignments/http-problem-types'
+const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest', 'none']
+const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure']
+const pluginKeys = [...routeKeys, 'problemTypesBase']
+
+function fail (where: string, message: string): never {
+  throw new TypeError(`fastify-digest-fields: ${where}: ${message}`)
+}
+
+function show (value: unknown): string {
+  return typeof value === 'string' ? `'${value}'` : String(JSON.stringify(value) ?? value)
+}
+
+function checkKeys (where: string, options: object, allowed: readonly string[]): void {
+  for (const key of Object.keys(options)) {
+    if (!allowed.includes(key)) fail(where, `unknown option ${show(key)} (expected ${allowed.join(', ')})`)
+  }
+}
+
+function checkBoolean (where: string, name: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') fail(where, `${name} must be true or false, got ${show(value)}`)
+  return value
+}
+
+function resolveAlgorithm (where: string, key: unknown): Algorithm {
+  const algorithm = typeof key === 'string' ? lookupAlgorithm(key) : undefined
+  if (algorithm !== undefined) return algorithm
+  if (typeof key === 'string' && isUnimplementedAlgorithm(key)) {
+    fail(where, `algorithm ${show(key)} is registered for digest fields but is not a hash this plugin computes`)
+  }
+  return fail(where, `unknown algorithm ${show(key)} (expected sha-256, sha-512, or the deprecated md5 or sha)`)
+}
+
+function normalizeAlgorithms (where: string, value: DigestAlgorithms): Map<string, [Algorithm, number]> {
+  // An array states order only; weights count down from 10 so that the first is the most preferred.
+  const entries: Array<[unknown, unknown]> = Array.isArray(value)
+    ? value.map((key: unknown, index) => [key, 10 - index])
+    : typeof value === 'object' && value !== null
+      ? Object.entries(value)
+      : fail(where, `algorithms must be an array of algorithm keys or an object of key to weight, got ${show(value)}`)
+  if (entries.length === 0) fail(where, 'algorithms must name at least one algorithm')
+  const result = new Map<string, [Algorithm, number]>()
+  for (const [key, weight] of entries) {
+    const algorithm = resolveAlgorithm(where, key)
+    if (result.has(algorithm.key)) fail(where, `algorithm ${show(key)} is listed twice`)
+    if (typeof weight !== 'number' || !Number.isInteger(weight) || weight < 1 || weight > 10) {
+      fail(where, `the weight of ${show(key)} must be an integer from 1 to 10, got ${show(weight)}`)
+    }
+    result.set(algorithm.key, [algorithm, weight])
+  }
+  // Most preferred first, whatever order an object listed them in.
+  return new Map([...result].sort((a, b) => b[1][1] - a[1][1]))
+}
+
+function normalizeBase (value: unknown): string {
+  if (typeof value !== 'string' || !URL.canParse(value) || value.includes('#')) {
+    fail('options', `problemTypesBase must be an absolute URI without a fragment, got ${show(value)}`)
+  }
+  return value + '#'
+}
+
+function build (where: string, options: DigestRouteOptions, inherited: Settings | undefined, typeBase: string): Settings {
+  const {
+    algorithms,
+    strictAlgorithms = inherited?.strictAlgorithms ?? false,
+    required = inherited?.required ?? false,
+    disclosure = inherited?.disclosure ?? 'full'
+  } = options
+  if (!disclosures.includes(disclosure)) {
+    fail(where, `disclosure must be one of ${disclosures.join(', ')}, got ${show(disclosure)}`)
+  }
+  const common = {
+    strictAlgorithms: checkBoolean(where, 'strictAlgorithms', strictAlgorithms),
+    required: checkBoolean(where, 'required', required),
+    disclosure,
+    typeBase
+  }
+  if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }
+  const normalized = normalizeAlgorithms(where, algorithms ?? defaultAlgorithms)
+  const want = new Map<string, Item>()
+  for (const [key, [, weight]] of normalized) want.set(key, [weight, new Map()])
+  return {
+    ...common,
+    algorithms: new Map([...normalized].map(([key, [algorithm]]) => [key, algorithm])),
+    preferences: new Map([...normalized].map(([key, [, weight]]) => [key, weight])),
+    wantField: serializeDictionary(want)
+  }
+}
+
+function checkObject (where: string, value: unknown): asserts value is object {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    fail(where, `expected an options object, got ${show(value)}`)
+  }
+}
+
+/** The plugin options, which are the defaults of every route. */
+export function pluginSettings (options: FastifyDigestFieldsOptions): Settings {
+  checkObject('options', options)
+  checkKeys('options', options, pluginKeys)
+  return build('options', options, undefined, normalizeBase(options.problemTypesBase ?? defaultProblemTypesBase))
+}
+
+/** A route's settings: the plugin defaults overridden by `config.digest`, or null when it is `false`. */
+export function routeSettings (defaults: Settings, config: unknown, route: string): Settings | null {
+  if (config === false) return null
+  if (config === undefined) return defaults
+  const where = `config.digest of ${route}`
+  checkObject(where, config)
+  checkKeys(where, config, routeKeys)
+  return build(where, config, defaults, defaults.typeBase)
+}
