@@ -2,7 +2,7 @@ import type {
   FastifyContextConfig,
   FastifyError,
   FastifyInstance,
-  FastifyPluginCallback,
+  FastifyPluginAsync,
   FastifyReply,
   FastifyRequest,
   RouteOptions
@@ -116,7 +116,7 @@ function routeName (route: RouteOptions): string {
   return `${Array.isArray(route.method) ? route.method.join(',') : route.method} ${route.url}`
 }
 
-const plugin: FastifyPluginCallback<FastifyDigestFieldsOptions> = (fastify: FastifyInstance, options, done) => {
+const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: FastifyInstance, options) => {
   const defaults = pluginSettings(options)
 
   fastify.decorateRequest('digest', null)
@@ -148,8 +148,6 @@ const plugin: FastifyPluginCallback<FastifyDigestFieldsOptions> = (fastify: Fast
   // arrived even when @fastify/compress adds its decompressing preParsing hook to the route: both
   // digests cover the content before any content coding is removed (RFC 9530 sections 2 and 3).
   fastify.addHook('preParsing', preParsing)
-
-  done()
 }
 
 export const fastifyDigestFields = fp(plugin, { fastify: '5.x', name: 'fastify-digest-fields' })

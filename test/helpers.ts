@@ -1,0 +1,121 @@
+import { createHash } from 'node:crypto'
+import { connect } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
+import fastifyDigestFields, { type FastifyDigestFieldsOptions } from '../lib/index.js'
+
+export const problemTypes = 'https://iana.org/assignments/http-problem-types#'
+
+// RFC 9530 appendix B examples: the 18 bytes {"hello": "world"} without a trailing newline.
+export const hello = '{"hello": "world"}'
+export const helloSha256 = 'sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:'
+export const helloSha512 = 'sha-512=:WZDPaVn/7XgHaAy8pmojAkGWoRx2UFChF41A2svX+TaPm+AbwAgBWnrIiYllu7BNNyealdVLvRwEmTHWXvJwew==:'
+
+/** The base64 digest of data, as openssl dgst -binary | base64 prints it. */
+export function base64Digest (algorithm: 'sha-256' | 'sha-512' | 'md5' | 'sha', data: string | Buffer): string {
+  const name = { 'sha-256': 'sha256', 'sha-512': 'sha512', md5: 'md5', sha: 'sha1' }[algorithm]
+  return createHash(name).update(data).digest('base64')
+}
+
+/** A dictionary member `key=:base64:` for data. */
+export function member (algorithm: 'sha-256' | 'sha-512' | 'md5' | 'sha', data: string | Buffer): string {
+  return `${algorithm}=:${base64Digest(algorithm, data)}:`
+}
+
+export interface Calls { handler: number }
+
+/**
+ * An app with the plugin and a JSON echo route at POST /, counting handler calls so that tests can
+ * assert no handler ran on content that failed.
+ */
+export async function buildApp (
+  options: FastifyDigestFieldsOptions = {},
+  serverOptions: FastifyServerOptions = {}
+): Promise<{ app: FastifyInstance, calls: Calls }> {
+  const app = Fastify(serverOptions)
+  const calls = { handler: 0 }
+  await app.register(fastifyDigestFields, options)
+  app.post('/', async (request) => {
+    calls.handler++
+    return { body: request.body, digest: describeDigest(request.digest) }
+  })
+  return { app, calls }
+}
+
+/** request.digest as JSON: field names and base64 values. */
+export function describeDigest (digest: import('../lib/index.js').VerifiedDigest | null): unknown {
+  if (digest === null) return null
+  return {
+    fields: digest.fields,
+    values: Object.fromEntries(Object.entries(digest.values).map(([key, value]) => [key, value.toString('base64')]))
+  }
+}
+
+export async function listen (app: FastifyInstance): Promise<number> {
+  await app.listen({ host: '127.0.0.1', port: 0 })
+  return (app.server.address() as AddressInfo).port
+}
+
+export interface RawResponse {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+/**
+ * Sends a request over a real socket exactly as given: the head as written (so a field can be split
+ * over several lines) and the body in the chunks given, each written in its own event loop turn.
+ */
+export async function rawRequest (port: number, head: string[], chunks: Buffer[] = []): Promise<RawResponse> {
+  const socket = connect({ host: '127.0.0.1', port })
+  socket.setNoDelay(true)
+  const received: Buffer[] = []
+  socket.on('data', (data) => received.push(data))
+  const closed = new Promise<void>((resolve, reject) => {
+    socket.on('close', () => resolve())
+    socket.on('error', reject)
+  })
+  await new Promise<void>((resolve) => socket.once('connect', resolve))
+  socket.write([...head, 'Connection: close', '', ''].join('\r\n'))
+  for (const chunk of chunks) {
+    if (socket.destroyed) break
+    socket.write(chunk)
+    await new Promise((resolve) => setImmediate(resolve))
+  }
+  await closed
+  return parseResponse(Buffer.concat(received).toString('latin1'))
+}
+
+function parseResponse (text: string): RawResponse {
+  const end = text.indexOf('\r\n\r\n')
+  const [statusLine = '', ...lines] = text.slice(0, end).split('\r\n')
+  const headers: Record<string, string> = {}
+  for (const line of lines) {
+    const colon = line.indexOf(':')
+    headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim()
+  }
+  let body = text.slice(end + 4)
+  if (headers['transfer-encoding'] === 'chunked') {
+    let decoded = ''
+    for (let at = 0; ;) {
+      const lineEnd = body.indexOf('\r\n', at)
+      const size = parseInt(body.slice(at, lineEnd), 16)
+      if (!(size > 0)) break
+      decoded += body.slice(lineEnd + 2, lineEnd + 2 + size)
+      at = lineEnd + 2 + size + 2
+    }
+    body = decoded
+  }
+  return { status: Number(statusLine.split(' ')[1]), headers, body: Buffer.from(body, 'latin1').toString('utf8') }
+}
+
+/** Splits data into chunks of random sizes between 1 and max bytes. */
+export function randomChunks (data: Buffer, max: number, random: () => number = Math.random): Buffer[] {
+  const chunks: Buffer[] = []
+  for (let at = 0; at < data.length;) {
+    const size = 1 + Math.floor(random() * max)
+    chunks.push(data.subarray(at, at + size))
+    at += size
+  }
+  return chunks
+}
