@@ -1,0 +1,54 @@
+import t from 'tap'
+import { buildApp, hello, helloSha256, member, problemTypes } from './helpers.js'
+
+const json = { 'content-type': 'application/json' }
+
+// One request for each way a request can fail, with what a full disclosure would reveal.
+const failures: Array<[string, Record<string, string>]> = [
+  ['unparsable field', { 'content-digest': 'sha-256=:AAA' }],
+  ['bad preference', { 'want-repr-digest': 'sha-512=12' }],
+  ['unsupported algorithm', { 'content-digest': 'md5=:AAAA:' }],
+  ['unsupported preference', { 'want-content-digest': 'sha=4' }],
+  ['invalid value', { 'repr-digest': 'sha-512=:AAAA:' }],
+  ['mismatching value', { 'content-digest': member('sha-512', 'other') }],
+  ['missing field', {}]
+]
+
+t.test('no-calculated-digest leaves calculated-digest out of a mismatch', async (t) => {
+  const { app } = await buildApp({ disclosure: 'no-calculated-digest' })
+  const response = await app.inject({ method: 'POST', url: '/', payload: hello, headers: { ...json, 'content-digest': member('sha-256', 'x') } })
+  t.same(response.json(), {
+    type: problemTypes + 'digest-mismatching-value',
+    title: 'Mismatching Digest Value',
+    algorithm: 'sha-256',
+    'provided-digest': `:${member('sha-256', 'x').slice(9)}`
+  })
+})
+
+t.test('disclosure none answers every failure with the same general problem and nothing else', async (t) => {
+  const { app, calls } = await buildApp({ disclosure: 'none', required: true })
+  const seen = new Set<string>()
+  for (const [name, headers] of failures) {
+    const response = await app.inject({ method: 'POST', url: '/', payload: hello, headers: { ...json, ...headers } })
+    t.equal(response.statusCode, 400, name)
+    t.equal(response.headers['content-type'], 'application/problem+json', name)
+    t.equal(response.body, '{"type":"about:blank","title":"Bad Request"}', name)
+    const fields = Object.keys(response.headers).filter((header) => header.includes('digest'))
+    t.same(fields, [], `${name}: no digest field in the response`)
+    seen.add(JSON.stringify([response.statusCode, response.body, Object.keys(response.headers).sort()]))
+  }
+  t.equal(seen.size, 1, 'the responses cannot be told apart')
+  t.equal(calls.handler, 0)
+  const ok = await app.inject({ method: 'POST', url: '/', payload: hello, headers: { ...json, 'content-digest': helloSha256 } })
+  t.equal(ok.statusCode, 200)
+})
+
+t.test('full disclosure tells the failures apart', async (t) => {
+  const { app } = await buildApp({ required: true })
+  const bodies = new Set<string>()
+  for (const [, headers] of failures) {
+    const response = await app.inject({ method: 'POST', url: '/', payload: hello, headers: { ...json, ...headers } })
+    bodies.add(response.body)
+  }
+  t.equal(bodies.size, failures.length)
+})
