@@ -1,0 +1,50 @@
+import Fastify, { type FastifyContextConfig, type FastifyPluginAsync } from 'fastify'
+import { expectAssignable, expectError, expectNotAssignable, expectType } from 'tsd'
+import fastifyDigestFields, {
+  digestProblemSchemas,
+  DigestProblem,
+  fastifyDigestFields as named,
+  type DigestProblemDocument,
+  type DigestRouteOptions,
+  type FastifyDigestFieldsOptions,
+  type VerifiedDigest
+} from '../dist/index.js'
+
+const app = Fastify()
+
+expectType<typeof fastifyDigestFields>(named)
+expectAssignable<FastifyPluginAsync<FastifyDigestFieldsOptions>>(fastifyDigestFields)
+
+app.register(fastifyDigestFields)
+app.register(fastifyDigestFields, { algorithms: ['sha-512', 'sha-256'] })
+app.register(fastifyDigestFields, {
+  algorithms: { 'sha-256': 10, md5: 1 },
+  strictAlgorithms: true,
+  required: true,
+  disclosure: 'no-calculated-digest',
+  problemTypesBase: 'https://example.com/problems'
+})
+expectError(app.register(fastifyDigestFields, { algorithms: ['sha-1'] }))
+expectError(app.register(fastifyDigestFields, { disclosure: 'some' }))
+expectError(app.register(fastifyDigestFields, { required: 'yes' }))
+
+app.put('/items/:id', { config: { digest: { algorithms: ['sha-512'] } } }, async (request) => {
+  expectType<VerifiedDigest | null>(request.digest)
+  const sha512 = request.digest?.values['sha-512']
+  expectType<Buffer | undefined>(sha512)
+  expectType<readonly ('content-digest' | 'repr-digest')[] | undefined>(request.digest?.fields)
+  return 'ok'
+})
+app.get('/health', { config: { digest: false } }, async () => 'ok')
+// Route shorthands infer their config type, so the contract is pinned on FastifyContextConfig itself.
+expectAssignable<FastifyContextConfig>({ digest: { strictAlgorithms: true } })
+expectNotAssignable<FastifyContextConfig>({ digest: true })
+expectNotAssignable<FastifyContextConfig>({ digest: { problemTypesBase: 'https://example.com' } })
+
+expectAssignable<DigestRouteOptions>({ required: true })
+expectNotAssignable<DigestRouteOptions>({ disclosure: 'partial' })
+
+expectType<'digest-mismatching-value'>(digestProblemSchemas.mismatchingValue.title)
+const problem = new DigestProblem('t', 'm', { type: 'about:blank', title: 'Bad Request' }, digestProblemSchemas.general)
+expectType<400>(problem.statusCode)
+expectType<DigestProblemDocument>(problem.document)
