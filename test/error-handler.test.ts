@@ -1,16 +1,14 @@
 import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { hello, member, problemTypes } from './helpers.js'
+import { hello, member, problemTypes, type Tap } from './helpers.js'
 
 const json = { 'content-type': 'application/json' }
 const mismatch = { ...json, 'content-digest': member('sha-256', 'x') }
 
-type Test = Parameters<Parameters<typeof t.test>[0]>[0]
-
 interface Seen { errors: string[], warnings: string[] }
 
-function watchWarnings (t: Test): string[] {
+function watchWarnings (t: Tap): string[] {
   const warnings: string[] = []
   const onWarning = (warning: Error & { code?: string }): void => { warnings.push(warning.code ?? warning.message) }
   process.on('warning', onWarning)
@@ -18,7 +16,7 @@ function watchWarnings (t: Test): string[] {
   return warnings
 }
 
-async function check (t: Test, app: FastifyInstance, seen: Seen): Promise<void> {
+async function check (t: Tap, app: FastifyInstance, seen: Seen): Promise<void> {
   app.post('/', async () => { throw Object.assign(new Error('teapot'), { statusCode: 418 }) })
   const problem = await app.inject({ method: 'POST', url: '/', payload: hello, headers: mismatch })
   t.equal(problem.statusCode, 400)

@@ -3,7 +3,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import { parseDictionary } from 'structured-headers'
 import type { FastifyInstance } from 'fastify'
-import { buildApp, hello, problemTypes } from './helpers.js'
+import { buildApp, hello, problemTypes, type Tap } from './helpers.js'
 
 // Property-based: whatever the four fields hold, a request gets the route's success or a 400
 // problem document, never anything else. DIGEST_FUZZ_SCALE multiplies the number of cases.
@@ -163,8 +163,6 @@ async function property (t: Tap, name: string, arbitrary: fc.Arbitrary<Case>, nu
   }), { numRuns })
   t.pass(`${name}: ${numRuns} cases`)
 }
-
-type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
 const checked = { tried: 0 }
 const unhandled: unknown[] = []

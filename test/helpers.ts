@@ -1,8 +1,12 @@
 import { createHash } from 'node:crypto'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
+import type t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyServerOptions } from 'fastify'
 import fastifyDigestFields, { type FastifyDigestFieldsOptions } from '../lib/index.js'
+
+/** The test object tap hands to a subtest. */
+export type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
 export const problemTypes = 'https://iana.org/assignments/http-problem-types#'
 

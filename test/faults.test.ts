@@ -1,0 +1,180 @@
+import { connect } from 'node:net'
+import { pipeline } from 'node:stream/promises'
+import { Writable } from 'node:stream'
+import t from 'tap'
+import Fastify, { type FastifyInstance } from 'fastify'
+import type { IncomingMessage } from 'node:http'
+import fastifyDigestFields from '../lib/index.js'
+import { hello, helloSha256, listen, member, problemTypes, rawRequest, type Tap } from './helpers.js'
+
+const events = ['data', 'end', 'error', 'close'] as const
+
+/** Records process-level failures for the length of a test. */
+function watchProcess (t: Tap): unknown[] {
+  const escaped: unknown[] = []
+  const record = (error: unknown): void => { escaped.push(error) }
+  process.on('unhandledRejection', record)
+  process.on('uncaughtExceptionMonitor', record)
+  t.teardown(() => {
+    process.off('unhandledRejection', record)
+    process.off('uncaughtExceptionMonitor', record)
+  })
+  return escaped
+}
+
+async function uploadApp (): Promise<{ app: FastifyInstance, raws: Array<{ raw: IncomingMessage, baseline: number[] }>, handled: string[] }> {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  const raws: Array<{ raw: IncomingMessage, baseline: number[] }> = []
+  const handled: string[] = []
+  app.addHook('onRequest', async (request) => {
+    raws.push({ raw: request.raw, baseline: events.map((event) => request.raw.listenerCount(event)) })
+  })
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+  app.addContentTypeParser('application/x-stream', (_request, payload, done) => done(null, payload))
+  app.put('/buffered', async (request) => { handled.push('buffered'); return { length: (request.body as Buffer).length } })
+  app.put('/streamed', async (request) => {
+    await pipeline(request.body as NodeJS.ReadableStream, new Writable({ write (_chunk, _encoding, callback) { callback() } }))
+    handled.push('streamed')
+    return 'ok'
+  })
+  return { app, raws, handled }
+}
+
+t.test('clients that abort mid-upload at random points leave nothing behind and the server goes on', async (t) => {
+  const escaped = watchProcess(t)
+  const { app, raws, handled } = await uploadApp()
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const body = Buffer.alloc(512 * 1024, 7)
+  const aborts = 60
+  for (let i = 0; i < aborts; i++) {
+    const route = i % 2 === 0 ? '/buffered' : '/streamed'
+    const type = i % 2 === 0 ? 'application/octet-stream' : 'application/x-stream'
+    const sent = Math.floor(Math.random() * body.length)
+    const socket = connect({ host: '127.0.0.1', port })
+    socket.on('error', () => {})
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.write(`PUT ${route} HTTP/1.1\r\nHost: localhost\r\nContent-Type: ${type}\r\nContent-Length: ${body.length}\r\nContent-Digest: ${member('sha-256', body)}\r\n\r\n`)
+    socket.write(body.subarray(0, sent))
+    await new Promise((resolve) => setTimeout(resolve, Math.random() * 5))
+    socket.destroy()
+  }
+  // Let every aborted request close on the server.
+  await new Promise((resolve) => setTimeout(resolve, 200))
+  t.equal(raws.length, aborts)
+  t.same(raws.filter(({ raw }) => !raw.destroyed).length, 0, 'every aborted request is closed')
+  const leftovers = raws.filter(({ raw, baseline }) => events.some((event, i) => raw.listenerCount(event) !== baseline[i]))
+  t.equal(leftovers.length, 0, 'no listener of the verifier is left on any request')
+  t.same(handled, [], 'no handler completed on a partial upload')
+  const after = await rawRequest(port, ['PUT /buffered HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', `Content-Length: ${body.length}`, `Content-Digest: ${member('sha-256', body)}`], [body])
+  t.equal(after.status, 200, 'the server answers the next request')
+  t.same(escaped, [], 'no unhandled error')
+  t.comment(`aborted uploads: ${aborts}`)
+})
+
+t.test('a slow client that trickles its body is verified like any other', async (t) => {
+  const { app, handled } = await uploadApp()
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const body = Buffer.from(hello)
+  const trickle = Array.from(body, (byte) => Buffer.from([byte]))
+  const head = (digest: string): string[] => ['PUT /streamed HTTP/1.1', 'Host: localhost', 'Content-Type: application/x-stream', `Content-Length: ${body.length}`, `Content-Digest: ${digest}`]
+  const slowly = async (digest: string): Promise<{ status: number, body: string }> => {
+    const socket = connect({ host: '127.0.0.1', port })
+    const received: Buffer[] = []
+    socket.on('data', (data) => received.push(data))
+    const closed = new Promise((resolve) => socket.once('close', resolve))
+    await new Promise((resolve) => socket.once('connect', resolve))
+    socket.write([...head(digest), 'Connection: close', '', ''].join('\r\n'))
+    for (const byte of trickle) {
+      socket.write(byte)
+      await new Promise((resolve) => setTimeout(resolve, 15))
+    }
+    await closed
+    const text = Buffer.concat(received).toString()
+    return { status: Number(text.split(' ')[1]), body: text.slice(text.indexOf('\r\n\r\n') + 4) }
+  }
+  t.equal((await slowly(helloSha256)).status, 200)
+  const wrong = await slowly(member('sha-256', 'x'))
+  t.equal(wrong.status, 400)
+  t.match(wrong.body, /digest-mismatching-value/)
+  t.same(handled, ['streamed'])
+})
+
+t.test('a body over bodyLimit keeps Fastify\'s 413, not a digest problem', async (t) => {
+  const app = Fastify({ bodyLimit: 1024 })
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+  app.put('/', async () => 'ok')
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const body = Buffer.alloc(4096, 1)
+  const declared = await rawRequest(port, ['PUT / HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', `Content-Length: ${body.length}`, `Content-Digest: ${member('sha-256', body)}`], [body])
+  t.equal(declared.status, 413)
+  t.equal(JSON.parse(declared.body).code, 'FST_ERR_CTP_BODY_TOO_LARGE')
+  const chunk = (data: Buffer): Buffer => Buffer.concat([Buffer.from(`${data.length.toString(16)}\r\n`), data, Buffer.from('\r\n')])
+  const chunked = await rawRequest(port, ['PUT / HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', 'Transfer-Encoding: chunked', `Content-Digest: ${member('sha-256', body)}`],
+    [chunk(body.subarray(0, 2048)), chunk(body.subarray(2048)), Buffer.from('0\r\n\r\n')])
+  t.equal(chunked.status, 413)
+  t.equal(JSON.parse(chunked.body).code, 'FST_ERR_CTP_BODY_TOO_LARGE')
+})
+
+t.test('a Content-Length that disagrees with the body keeps Fastify\'s own 400', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  let handled = 0
+  app.post('/', async () => { handled++; return 'ok' })
+  const response = await app.inject({
+    method: 'POST', url: '/', payload: hello, headers: { 'content-type': 'application/json', 'content-length': '10', 'content-digest': helloSha256 }
+  })
+  t.equal(response.statusCode, 400)
+  t.equal(response.json().code, 'FST_ERR_CTP_INVALID_CONTENT_LENGTH')
+  t.equal(handled, 0)
+})
+
+t.test('a body parser that fails after a successful digest check keeps its own error', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('text/csv', { parseAs: 'string' }, (_request, body, done) => {
+    done(Object.assign(new Error(`cannot parse ${String(body).length} bytes of CSV`), { statusCode: 422 }))
+  })
+  let handled = 0
+  app.post('/', async () => { handled++; return 'ok' })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const csv = 'a,b\n1,"2'
+  const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', 'Content-Type: text/csv', `Content-Length: ${csv.length}`, `Content-Digest: ${member('sha-512', csv)}`], [Buffer.from(csv)])
+  t.equal(response.status, 422)
+  t.equal(JSON.parse(response.body).message, `cannot parse ${csv.length} bytes of CSV`)
+  const mismatch = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', 'Content-Type: text/csv', `Content-Length: ${csv.length}`, `Content-Digest: ${member('sha-512', 'x')}`], [Buffer.from(csv)])
+  t.equal(JSON.parse(mismatch.body).type, problemTypes + 'digest-mismatching-value', 'the digest is checked before the parser sees the body')
+  t.equal(handled, 0)
+})
+
+t.test('a request the server destroys mid-body errors the handed stream instead of leaving it hanging', async (t) => {
+  const escaped = watchProcess(t)
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('application/x-stream', (_request, payload, done) => done(null, payload))
+  const outcome: string[] = []
+  app.put('/', async (request) => {
+    const stream = request.body as NodeJS.ReadableStream
+    // The server gives up on the request after its first chunk, as a timeout would.
+    stream.once('data', () => request.raw.destroy())
+    await pipeline(stream, new Writable({ write (_chunk, _encoding, callback) { callback() } }))
+      .then(() => outcome.push('ended'), (error: Error) => outcome.push(error.message))
+    return 'ok'
+  })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const socket = connect({ host: '127.0.0.1', port })
+  socket.on('error', () => {})
+  await new Promise((resolve) => socket.once('connect', resolve))
+  socket.write(`PUT / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-stream\r\nContent-Length: 100000\r\nContent-Digest: ${helloSha256}\r\n\r\n`)
+  socket.write(Buffer.alloc(1000))
+  await new Promise((resolve) => socket.once('close', resolve))
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  t.same(outcome, ['the request was closed before its content was complete'])
+  t.same(escaped, [])
+})
