@@ -18,18 +18,25 @@ export interface Expectation {
   readonly value: Buffer
 }
 
+/** What the content must match, and the distinct algorithms to hash it with, each once. */
+export interface Inspection {
+  readonly expectations: readonly Expectation[]
+  readonly algorithms: readonly Algorithm[]
+}
+
 interface Field {
   readonly name: FieldName
   readonly header: string
-  readonly integrity: boolean
+  /** The integrity field name, or null for a preference field. */
+  readonly integrity: DigestFieldName | null
 }
 
 // Parse order is check order: every field is parsed before any is judged (steps 2 to 4 of the issue).
 const fields: readonly Field[] = [
-  { name: 'Content-Digest', header: 'content-digest', integrity: true },
-  { name: 'Repr-Digest', header: 'repr-digest', integrity: true },
-  { name: 'Want-Content-Digest', header: 'want-content-digest', integrity: false },
-  { name: 'Want-Repr-Digest', header: 'want-repr-digest', integrity: false }
+  { name: 'Content-Digest', header: 'content-digest', integrity: 'content-digest' },
+  { name: 'Repr-Digest', header: 'repr-digest', integrity: 'repr-digest' },
+  { name: 'Want-Content-Digest', header: 'want-content-digest', integrity: null },
+  { name: 'Want-Repr-Digest', header: 'want-repr-digest', integrity: null }
 ]
 
 /** True when the request carries none of the four fields: the cheap test every request pays. */
@@ -52,7 +59,7 @@ function parse (settings: Settings, field: Field, value: string | string[]): Dic
 
 /** The keys a field asks for: every key of an integrity field, keys with a preference above 0 in a preference field. */
 function requestedKeys (settings: Settings, field: Field, dictionary: Dictionary): string[] {
-  if (field.integrity) return [...dictionary.keys()]
+  if (field.integrity !== null) return [...dictionary.keys()]
   const keys: string[] = []
   for (const [key, member] of dictionary) {
     const weight = member[0]
@@ -94,7 +101,7 @@ function digestValue (settings: Settings, algorithm: Algorithm, member: Item | I
  * `partial` is set for a request with Content-Range, whose Repr-Digest describes the whole
  * representation and so cannot be checked against this request's bytes (RFC 9530 section 3).
  */
-export function inspectFields (headers: IncomingHttpHeaders, settings: Settings, partial: boolean): Expectation[] {
+export function inspectFields (headers: IncomingHttpHeaders, settings: Settings, partial: boolean): Inspection {
   const present: Array<[Field, Dictionary]> = []
   for (const field of fields) {
     const value = headers[field.header]
@@ -102,16 +109,17 @@ export function inspectFields (headers: IncomingHttpHeaders, settings: Settings,
   }
   for (const [field, dictionary] of present) checkSupported(settings, field, requestedKeys(settings, field, dictionary))
   const expectations: Expectation[] = []
-  for (const [field, dictionary] of present) {
-    if (!field.integrity) continue
+  const algorithms: Algorithm[] = []
+  for (const [{ integrity }, dictionary] of present) {
+    if (integrity === null) continue
     for (const [key, member] of dictionary) {
       const algorithm = settings.algorithms.get(key)
       if (algorithm === undefined) continue
       const value = digestValue(settings, algorithm, member)
-      if (!partial || field.header === 'content-digest') {
-        expectations.push({ field: field.header as DigestFieldName, algorithm, value })
-      }
+      if (partial && integrity === 'repr-digest') continue
+      expectations.push({ field: integrity, algorithm, value })
+      if (!algorithms.includes(algorithm)) algorithms.push(algorithm)
     }
   }
-  return expectations
+  return { expectations, algorithms }
 }

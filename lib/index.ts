@@ -47,33 +47,27 @@ function hasContent (request: FastifyRequest): boolean {
   return request.headers['transfer-encoding'] !== undefined || request.raw.httpVersionMajor >= 2
 }
 
-function preParsing (request: DigestRequest, _reply: FastifyReply, payload: Readable, done: PreParsingDone): void {
-  const settings = settingsOf(request)
+/** Steps 2 to 5 for a request to a covered route that carries a digest field or must carry one. */
+function verify (request: DigestRequest, settings: Settings, payload: Readable, done: PreParsingDone): void {
   const headers = request.headers
-  if (settings === undefined || (hasNoDigestFields(headers) && !settings.required)) {
-    done(null, payload)
-    return
-  }
-  let expectations
+  let inspection
   try {
-    expectations = inspectFields(headers, settings, headers['content-range'] !== undefined)
+    inspection = inspectFields(headers, settings, headers['content-range'] !== undefined)
   } catch (error) {
     done(error as DigestProblem)
     return
   }
+  const { expectations, algorithms } = inspection
   const content = hasContent(request)
   if (expectations.length === 0) {
     done(settings.required && content ? missingIntegrityField(settings) : null, payload)
     return
   }
-  const verify = (calculated: Parameters<typeof compareDigests>[2]): void => {
-    request.digest = compareDigests(settings, expectations, calculated)
-  }
   if (!content) {
     // The digest of empty content is well defined, and checking it here needs no stream at all:
     // Fastify skips body parsing for an empty request, so nothing would ever read one.
     try {
-      verify(algorithm => algorithm.emptyDigest)
+      request.digest = compareDigests(settings, expectations, algorithms, algorithms.map((algorithm) => algorithm.emptyDigest))
     } catch (error) {
       done(error as DigestProblem)
       return
@@ -81,7 +75,7 @@ function preParsing (request: DigestRequest, _reply: FastifyReply, payload: Read
     done(null, payload)
     return
   }
-  const verifier = new DigestVerifier(payload, expectations.map(({ algorithm }) => algorithm), verify)
+  const verifier = new DigestVerifier(payload, settings, expectations, algorithms, request)
   request[kVerifier] = verifier
   done(null, verifier)
 }
@@ -92,13 +86,9 @@ function preParsing (request: DigestRequest, _reply: FastifyReply, payload: Read
  * handler must not take it as if it were. A stream the parser handed on as the body is fine: it
  * errors instead of ending if the digests differ.
  */
-function refuseUnverifiedContent (request: DigestRequest, _reply: FastifyReply, done: (error?: Error) => void): void {
+function isUnverified (request: DigestRequest): boolean {
   const verifier = request[kVerifier]
-  if (verifier == null || verifier.settled || verifier.started || request.body === verifier) {
-    done()
-    return
-  }
-  done(unverifiableContent(settingsOf(request) as Settings))
+  return verifier != null && !verifier.settled && !verifier.started && request.body !== verifier
 }
 
 function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): void {
@@ -118,6 +108,8 @@ function routeName (route: RouteOptions): string {
 
 const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: FastifyInstance, options) => {
   const defaults = pluginSettings(options)
+  // While no route requires a field, a request without one is done with after four header lookups.
+  let anyRequired = false
 
   fastify.decorateRequest('digest', null)
   fastify.decorateRequest(kVerifier, null)
@@ -125,6 +117,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   fastify.addHook('onRoute', (route) => {
     const settings = routeSettings(defaults, route.config?.digest, routeName(route))
     if (settings === null) return
+    anyRequired ||= settings.required
     const config: RouteConfig = { ...route.config, [kSettings]: settings }
     route.config = config
 
@@ -138,16 +131,31 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       throw error
     }
 
-    route.preHandler = [
-      ...(route.preHandler === undefined ? [] : Array.isArray(route.preHandler) ? route.preHandler : [route.preHandler]),
-      refuseUnverifiedContent
-    ]
+    // The unverified-content check wraps the handler rather than adding a preHandler hook: it then
+    // runs after every hook, and a request without digest fields pays one property read for it.
+    const handler = route.handler
+    route.handler = function digestCheckedHandler (this: FastifyInstance, request, reply) {
+      if (isUnverified(request)) throw unverifiableContent(settings)
+      return handler.call(this, request, reply)
+    }
   })
 
   // A scope-level hook runs before every route-level one, so the verifier sees the bytes as they
   // arrived even when @fastify/compress adds its decompressing preParsing hook to the route: both
   // digests cover the content before any content coding is removed (RFC 9530 sections 2 and 3).
-  fastify.addHook('preParsing', preParsing)
+  fastify.addHook('preParsing', (request: DigestRequest, _reply, payload, done: PreParsingDone) => {
+    const noFields = hasNoDigestFields(request.headers)
+    if (noFields && !anyRequired) {
+      done(null, payload)
+      return
+    }
+    const settings = settingsOf(request)
+    if (settings === undefined || (noFields && !settings.required)) {
+      done(null, payload)
+      return
+    }
+    verify(request, settings, payload, done)
+  })
 }
 
 export const fastifyDigestFields = fp(plugin, { fastify: '5.x', name: 'fastify-digest-fields' })

@@ -13,12 +13,13 @@ import { mismatchingValue } from './problems.js'
 export function compareDigests (
   settings: Settings,
   expectations: readonly Expectation[],
-  calculated: (algorithm: Algorithm) => Buffer
+  algorithms: readonly Algorithm[],
+  digests: readonly Buffer[]
 ): VerifiedDigest {
   const fields: DigestFieldName[] = []
   const values: Partial<Record<DigestAlgorithm, Buffer>> = {}
   for (const { field, algorithm, value } of expectations) {
-    const digest = calculated(algorithm)
+    const digest = digests[algorithms.indexOf(algorithm)] as Buffer
     // Equal lengths are guaranteed by inspectFields; timingSafeEqual reads every byte, so the time
     // taken tells nothing about how much of a guessed digest was right.
     if (!timingSafeEqual(digest, value)) throw mismatchingValue(settings, algorithm.key, value, digest)
@@ -27,6 +28,9 @@ export function compareDigests (
   }
   return { fields, values }
 }
+
+const kVerifier = Symbol('fastify-digest-fields.verifier')
+type Source = Readable & { [kVerifier]?: DigestVerifier | undefined }
 
 /**
  * Passes the request payload through unchanged while hashing it, and ends only once the digests
@@ -41,29 +45,44 @@ export class DigestVerifier extends Readable {
   receivedEncodedLength = 0
   started = false
   settled = false
-  readonly #source: Readable
-  readonly #hashes: Array<[Algorithm, Hash]>
-  readonly #verify: (calculated: (algorithm: Algorithm) => Buffer) => void
+  readonly #source: Source
+  readonly #settings: Settings
+  readonly #expectations: readonly Expectation[]
+  readonly #algorithms: readonly Algorithm[]
+  readonly #target: { digest: VerifiedDigest | null }
+  // Most small bodies arrive in one chunk, which a one-shot digest hashes without setting up a
+  // Hash; the incremental hashes start with the second chunk.
+  #first: Buffer | null = null
+  #hashes: Hash[] | null = null
 
+  /**
+   * `algorithms` are the distinct algorithms of `expectations`, each hashed once; `target.digest`
+   * is set to what was verified just before the stream ends.
+   */
   constructor (
     source: Readable,
-    algorithms: Iterable<Algorithm>,
-    verify: (calculated: (algorithm: Algorithm) => Buffer) => void
+    settings: Settings,
+    expectations: readonly Expectation[],
+    algorithms: readonly Algorithm[],
+    target: { digest: VerifiedDigest | null }
   ) {
     super()
     this.#source = source
-    // One hash per distinct algorithm, whichever fields and how often they name it.
-    this.#hashes = [...new Set(algorithms)].map(algorithm => [algorithm, algorithm.createHash()])
-    this.#verify = verify
+    this.#settings = settings
+    this.#expectations = expectations
+    this.#algorithms = algorithms
+    this.#target = target
   }
 
   override _read (): void {
     if (!this.started) {
       this.started = true
-      this.#source.on('data', this.#onData)
-      this.#source.on('end', this.#onEnd)
-      this.#source.on('error', this.#onError)
-      this.#source.on('close', this.#onClose)
+      // Listeners shared by every verifier, which find theirs on the source: no closures a request.
+      this.#source[kVerifier] = this
+      this.#source.on('data', DigestVerifier.#onData)
+      this.#source.on('end', DigestVerifier.#onEnd)
+      this.#source.on('error', DigestVerifier.#onError)
+      this.#source.on('close', DigestVerifier.#onClose)
     }
     this.#source.resume()
   }
@@ -75,23 +94,41 @@ export class DigestVerifier extends Readable {
 
   #detach (): void {
     this.settled = true
-    this.#source.off('data', this.#onData)
-    this.#source.off('end', this.#onEnd)
-    this.#source.off('error', this.#onError)
-    this.#source.off('close', this.#onClose)
+    this.#first = null
+    this.#hashes = null
+    this.#source[kVerifier] = undefined
+    this.#source.off('data', DigestVerifier.#onData)
+    this.#source.off('end', DigestVerifier.#onEnd)
+    this.#source.off('error', DigestVerifier.#onError)
+    this.#source.off('close', DigestVerifier.#onClose)
   }
 
-  readonly #onData = (chunk: Buffer): void => {
-    for (const [, hash] of this.#hashes) hash.update(chunk)
+  #update (chunk: Buffer): void {
     this.receivedEncodedLength += chunk.length
+    if (this.#hashes !== null) {
+      for (const hash of this.#hashes) hash.update(chunk)
+    } else if (this.#first === null) {
+      this.#first = chunk
+    } else {
+      const first = this.#first
+      this.#first = null
+      this.#hashes = this.#algorithms.map((algorithm) => algorithm.createHash().update(first).update(chunk))
+    }
     if (!this.push(chunk)) this.#source.pause()
   }
 
-  readonly #onEnd = (): void => {
+  #digests (): Buffer[] {
+    const hashes = this.#hashes
+    if (hashes !== null) return hashes.map((hash) => hash.digest())
+    const first = this.#first
+    return this.#algorithms.map((algorithm) => first === null ? algorithm.emptyDigest : algorithm.digest(first))
+  }
+
+  #end (): void {
+    const digests = this.#digests()
     this.#detach()
-    const digests = new Map(this.#hashes.map(([algorithm, hash]) => [algorithm, hash.digest()]))
     try {
-      this.#verify(algorithm => digests.get(algorithm) as Buffer)
+      this.#target.digest = compareDigests(this.#settings, this.#expectations, this.#algorithms, digests)
     } catch (error) {
       this.destroy(error as Error)
       return
@@ -99,12 +136,20 @@ export class DigestVerifier extends Readable {
     this.push(null)
   }
 
-  readonly #onError = (error: Error): void => {
-    this.destroy(error)
+  static #onData (this: Source, chunk: Buffer): void {
+    (this[kVerifier] as DigestVerifier).#update(chunk)
   }
 
-  // A client that goes away mid-body closes the request without an end; the hashes are dropped.
-  readonly #onClose = (): void => {
-    this.destroy(new Error('the request was closed before its content was complete'))
+  static #onEnd (this: Source): void {
+    (this[kVerifier] as DigestVerifier).#end()
+  }
+
+  static #onError (this: Source, error: Error): void {
+    (this[kVerifier] as DigestVerifier).destroy(error)
+  }
+
+  // A request that closes without an end was cut off mid-body; the hashes are dropped.
+  static #onClose (this: Source): void {
+    (this[kVerifier] as DigestVerifier).destroy(new Error('the request was closed before its content was complete'))
   }
 }
