@@ -1,6 +1,7 @@
 // `npm run bench`: every configuration in its own process, rounds interleaved (A B C A B C ...),
 // medians reported, so that drift on a noisy machine falls on every configuration alike.
-// BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB shorten or lengthen it.
+// BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB shorten or lengthen it; BENCH_ONLY=large (or
+// small, sweep) runs one part and prints its medians without writing the report.
 import { createHash, randomBytes } from 'node:crypto'
 import { cpus } from 'node:os'
 import { requestsPerSecond, startServer, upload } from './clients.js'
@@ -51,7 +52,7 @@ async function smallRequests (servers) {
   const measure = (name, duration = seconds) => {
     const [server, headers] = configs[name]
     return requestsPerSecond({
-      url: server.url, path: '/json', headers: { 'content-type': 'application/json', ...headers }, body: payload, connections: 16, seconds: duration
+      url: server.url, path: '/json', headers: { 'content-type': 'application/json', ...headers }, body: payload, connections: 64, pipelining: 10, seconds: duration
     })
   }
   for (const name of Object.keys(configs)) await measure(name, 1)
@@ -111,7 +112,13 @@ async function sweep (servers) {
     const samples = await interleave(Object.keys(configs), (name) => {
       const [server, headers] = configs[name]
       return requestsPerSecond({
-        url: server.url, path: '/bytes', headers: { 'content-type': 'application/octet-stream', ...headers }, body, connections: size >= 4 * MiB ? 2 : 8, seconds: Math.max(2, seconds / 2)
+        url: server.url,
+        path: '/bytes',
+        headers: { 'content-type': 'application/octet-stream', ...headers },
+        body,
+        connections: size >= 4 * MiB ? 2 : 8,
+        pipelining: 1,
+        seconds: Math.max(2, seconds / 2)
       })
     })
     results.push({ size, samples })
@@ -119,24 +126,29 @@ async function sweep (servers) {
   return results
 }
 
+const only = process.env.BENCH_ONLY
+const parts = only ? only.split(',') : ['small', 'sweep', 'large']
 const started = new Date()
 const servers = {
   bare: await startServer('bare'),
   plugin: await startServer('plugin'),
   handwritten: await startServer('handwritten')
 }
-let small, sizes
+let small, sizes, large
 try {
-  log('small requests')
-  small = await smallRequests(servers)
-  log('body size sweep')
-  sizes = await sweep(servers)
+  if (parts.includes('small')) small = await smallRequests(servers)
+  if (parts.includes('sweep')) sizes = await sweep(servers)
 } finally {
   await Promise.all(Object.values(servers).map((server) => server.stop()))
 }
-log('large uploads')
-const large = await largeUploads()
+if (parts.includes('large')) large = await largeUploads()
 
+if (only) {
+  for (const [part, result] of Object.entries({ small, sizes, large })) {
+    if (result !== undefined) log(`${part}: ${JSON.stringify(result)}`)
+  }
+  process.exit(0)
+}
 await writeReport({
   started,
   machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, node: process.version },

@@ -2,6 +2,7 @@
 // bare (Fastify alone), plugin (fastify-digest-fields) or handwritten (fastify-raw-body plus
 // httpbis-digest-headers' verifyContentDigest in a preHandler, what a user would write without
 // the plugin). It reports its port, CPU time and peak RSS to the parent over IPC.
+import { readFile } from 'node:fs/promises'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import Fastify from 'fastify'
@@ -54,11 +55,23 @@ app.put('/upload', async (request) => {
   return { received }
 })
 
+// Peak RSS of this process: VmHWM, since getrusage's maxRSS keeps the parent's peak across exec.
+async function peakRSS () {
+  try {
+    const status = await readFile('/proc/self/status', 'utf8')
+    return Number(status.match(/^VmHWM:\s+(\d+) kB/m)[1]) * 1024
+  } catch {
+    return process.resourceUsage().maxRSS * 1024
+  }
+}
+
 await app.listen({ host: '127.0.0.1', port: 0 })
-process.on('message', (message) => {
+process.on('message', async (message) => {
   if (message === 'stats') {
     const { user, system } = process.cpuUsage()
-    process.send({ cpu: (user + system) / 1e6, maxRSS: process.resourceUsage().maxRSS * 1024 })
+    process.send({ cpu: (user + system) / 1e6, maxRSS: await peakRSS() })
   }
 })
 process.send({ port: app.server.address().port })
+// A normal exit on SIGTERM, so that a server started with --cpu-prof writes its profile.
+process.on('SIGTERM', () => process.exit(0))

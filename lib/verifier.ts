@@ -66,7 +66,9 @@ export class DigestVerifier extends Readable {
     algorithms: readonly Algorithm[],
     target: { digest: VerifiedDigest | null }
   ) {
-    super()
+    // At least the socket's read size, so that a large upload is not paused and resumed (each a
+    // tick) on every chunk; what waits here is still bounded by this one mark.
+    super({ highWaterMark: Math.max(source.readableHighWaterMark, 64 * 1024) })
     this.#source = source
     this.#settings = settings
     this.#expectations = expectations
