@@ -120,7 +120,7 @@ function sweepChart (sizes, median) {
   const parts = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="white"/>`,
-    ...ticks.map((tick) => `<line x1="${margin.left}" x2="${margin.left + plotWidth}" y1="${y(tick)}" y2="${y(tick)}" stroke="#ddd"/><text x="${margin.left - 6}" y="${y(tick) + 4}" text-anchor="end">${fixed(tick, 0)}</text>`),
+    ...ticks.map((tick) => `<line x1="${margin.left}" x2="${margin.left + plotWidth}" y1="${fixed(y(tick), 1)}" y2="${fixed(y(tick), 1)}" stroke="#ddd"/><text x="${margin.left - 6}" y="${fixed(y(tick) + 4, 1)}" text-anchor="end">${fixed(tick, 0)}</text>`),
     `<line x1="${margin.left}" x2="${margin.left + plotWidth}" y1="${y(0)}" y2="${y(0)}" stroke="#333"/>`,
     ...sizes.map(({ size }, i) => `<text x="${x(i)}" y="${y(0) + 18}" text-anchor="middle">${sizeName(size)}</text>`),
     `<text x="${margin.left + plotWidth / 2}" y="${height - 8}" text-anchor="middle">request body size</text>`,
