@@ -31,7 +31,8 @@ interface Field {
   readonly integrity: DigestFieldName | null
 }
 
-// Parse order is check order: every field is parsed before any is judged (steps 2 to 4 of the issue).
+// Every field is parsed before any is judged, so that a field that does not parse is always answered
+// as such (problem-types section 4.2), whatever another field holds.
 const fields: readonly Field[] = [
   { name: 'Content-Digest', header: 'content-digest', integrity: 'content-digest' },
   { name: 'Repr-Digest', header: 'repr-digest', integrity: 'repr-digest' },

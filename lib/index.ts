@@ -47,7 +47,10 @@ function hasContent (request: FastifyRequest): boolean {
   return request.headers['transfer-encoding'] !== undefined || request.raw.httpVersionMajor >= 2
 }
 
-/** Steps 2 to 5 for a request to a covered route that carries a digest field or must carry one. */
+/**
+ * Judges the fields of a request to a covered route, then checks an empty body at once or hands the
+ * parser a stream that verifies the body as it reads it.
+ */
 function verify (request: DigestRequest, settings: Settings, payload: Readable, done: PreParsingDone): void {
   const headers = request.headers
   let inspection
@@ -81,10 +84,10 @@ function verify (request: DigestRequest, settings: Settings, payload: Readable, 
 }
 
 /**
- * Runs last before the handler. Content that the payload stream never delivered was read some other
- * way (from request.raw, as @fastify/multipart does) or not at all: it was not verified, and the
- * handler must not take it as if it were. A stream the parser handed on as the body is fine: it
- * errors instead of ending if the digests differ.
+ * Asked just before the handler runs. Content that the payload stream never delivered was read some
+ * other way (from request.raw, as @fastify/multipart does) or not at all: it was not verified, and
+ * the handler must not take it as if it were. A stream the parser handed on as the body is fine:
+ * it errors instead of ending if the digests differ.
  */
 function isUnverified (request: DigestRequest): boolean {
   const verifier = request[kVerifier]
