@@ -8,6 +8,7 @@ import type {
   RouteOptions
 } from 'fastify'
 import fp from 'fastify-plugin'
+import type { Http2Stream } from 'node:http2'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from '../types/index.js'
 import { hasNoDigestFields, inspectFields } from './fields.js'
@@ -42,9 +43,11 @@ type PreParsingDone = (error?: Error | null, payload?: Readable) => void
 function hasContent (request: FastifyRequest): boolean {
   const length = request.headers['content-length']
   if (length !== undefined) return length !== '0'
-  // Without Content-Length or Transfer-Encoding an HTTP/1 request has no content; HTTP/2 can still
-  // send DATA frames, so there the stream decides.
-  return request.headers['transfer-encoding'] !== undefined || request.raw.httpVersionMajor >= 2
+  if (request.headers['transfer-encoding'] !== undefined) return true
+  // Without either an HTTP/1 request has no content; HTTP/2 frames content in DATA frames, and a
+  // request has none when its HEADERS frame ended the stream (RFC 9113 section 8.1).
+  const { stream } = request.raw as { stream?: Http2Stream }
+  return stream !== undefined && !stream.endAfterHeaders
 }
 
 /**
