@@ -28,6 +28,13 @@ const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest'
 const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure']
 const pluginKeys = [...routeKeys, 'problemTypesBase']
 
+/** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
+export function serializePreferences (preferences: ReadonlyMap<string, number>): string {
+  const dictionary = new Map<string, Item>()
+  for (const [key, weight] of preferences) dictionary.set(key, [weight, new Map()])
+  return serializeDictionary(dictionary)
+}
+
 function fail (where: string, message: string): never {
   throw new TypeError(`fastify-digest-fields: ${where}: ${message}`)
 }
@@ -102,13 +109,12 @@ function build (where: string, options: DigestRouteOptions, inherited: Settings 
   }
   if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }
   const normalized = normalizeAlgorithms(where, algorithms ?? defaultAlgorithms)
-  const want = new Map<string, Item>()
-  for (const [key, [, weight]] of normalized) want.set(key, [weight, new Map()])
+  const preferences = new Map([...normalized].map(([key, [, weight]]) => [key, weight]))
   return {
     ...common,
     algorithms: new Map([...normalized].map(([key, [algorithm]]) => [key, algorithm])),
-    preferences: new Map([...normalized].map(([key, [, weight]]) => [key, weight])),
-    wantField: serializeDictionary(want)
+    preferences,
+    wantField: serializePreferences(preferences)
   }
 }
 

@@ -1,6 +1,6 @@
-import { serializeByteSequence, serializeDictionary, type Item } from 'structured-headers'
+import { serializeByteSequence } from 'structured-headers'
 import type { DigestProblemDocument } from '../types/index.js'
-import type { Settings } from './options.js'
+import { serializePreferences, type Settings } from './options.js'
 
 /** Header names as they are written in responses and problem texts. */
 export type FieldName = 'Content-Digest' | 'Repr-Digest' | 'Want-Content-Digest' | 'Want-Repr-Digest'
@@ -126,15 +126,13 @@ export function unverifiableContent (settings: Settings): DigestProblem {
 
 export function unsupportedAlgorithm (settings: Settings, field: FieldName, key: string): DigestProblem {
   // RFC 9530 section 4: a preference of 0 marks the key as not acceptable, which is what the client needs to hear.
-  const preferences = new Map<string, Item>()
-  for (const [supported, weight] of settings.preferences) preferences.set(supported, [weight, new Map()])
-  preferences.set(key, [0, new Map()])
+  const preferences = serializePreferences(new Map([...settings.preferences, [key, 0]]))
   const want = field === 'Repr-Digest' || field === 'Want-Repr-Digest' ? 'want-repr-digest' : 'want-content-digest'
   return problem(
     settings,
     { type: settings.typeBase + 'digest-unsupported-algorithm', title: 'Unsupported Hashing Algorithm', 'unsupported-algorithm': key },
     unsupportedAlgorithmSchema,
-    { [want]: serializeDictionary(preferences) }
+    { [want]: preferences }
   )
 }
 
