@@ -1,7 +1,5 @@
 import t from 'tap'
-import { buildApp, hello, helloSha256, member, problemTypes } from './helpers.js'
-
-const json = { 'content-type': 'application/json' }
+import { buildApp, hello, helloSha256, json, member, problemTypes } from './helpers.js'
 
 // One request for each way a request can fail, with what a full disclosure would reveal.
 const failures: Array<[string, Record<string, string>]> = [

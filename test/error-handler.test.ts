@@ -1,9 +1,8 @@
 import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { hello, member, problemTypes, type Tap } from './helpers.js'
+import { hello, json, member, problemTypes, type Tap } from './helpers.js'
 
-const json = { 'content-type': 'application/json' }
 const mismatch = { ...json, 'content-digest': member('sha-256', 'x') }
 
 interface Seen { errors: string[], warnings: string[] }

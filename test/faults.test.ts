@@ -5,7 +5,7 @@ import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { IncomingMessage } from 'node:http'
 import fastifyDigestFields from '../lib/index.js'
-import { hello, helloSha256, listen, member, problemTypes, rawRequest, type Tap } from './helpers.js'
+import { hello, helloSha256, listen, member, problemTypes, rawRequest, type RawResponse, type Tap } from './helpers.js'
 
 const events = ['data', 'end', 'error', 'close'] as const
 
@@ -80,21 +80,8 @@ t.test('a slow client that trickles its body is verified like any other', async 
   const body = Buffer.from(hello)
   const trickle = Array.from(body, (byte) => Buffer.from([byte]))
   const head = (digest: string): string[] => ['PUT /streamed HTTP/1.1', 'Host: localhost', 'Content-Type: application/x-stream', `Content-Length: ${body.length}`, `Content-Digest: ${digest}`]
-  const slowly = async (digest: string): Promise<{ status: number, body: string }> => {
-    const socket = connect({ host: '127.0.0.1', port })
-    const received: Buffer[] = []
-    socket.on('data', (data) => received.push(data))
-    const closed = new Promise((resolve) => socket.once('close', resolve))
-    await new Promise((resolve) => socket.once('connect', resolve))
-    socket.write([...head(digest), 'Connection: close', '', ''].join('\r\n'))
-    for (const byte of trickle) {
-      socket.write(byte)
-      await new Promise((resolve) => setTimeout(resolve, 15))
-    }
-    await closed
-    const text = Buffer.concat(received).toString()
-    return { status: Number(text.split(' ')[1]), body: text.slice(text.indexOf('\r\n\r\n') + 4) }
-  }
+  // One byte every 15 ms.
+  const slowly = (digest: string): Promise<RawResponse> => rawRequest(port, head(digest), trickle, 15)
   t.equal((await slowly(helloSha256)).status, 200)
   const wrong = await slowly(member('sha-256', 'x'))
   t.equal(wrong.status, 400)

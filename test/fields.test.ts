@@ -1,7 +1,5 @@
 import t from 'tap'
-import { buildApp, hello, helloSha256, helloSha512, member, problemTypes } from './helpers.js'
-
-const json = { 'content-type': 'application/json' }
+import { buildApp, hello, helloSha256, helloSha512, json, member, problemTypes } from './helpers.js'
 
 t.test('answers a field that does not parse with about:blank naming the field, never digest-invalid-value', async (t) => {
   const { app, calls } = await buildApp()

@@ -8,6 +8,11 @@ import fastifyDigestFields, { type FastifyDigestFieldsOptions } from '../lib/ind
 /** The test object tap hands to a subtest. */
 export type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
+/** DIGEST_FUZZ_SCALE multiplies generated cases, uploads and load requests (default 1). */
+export const fuzzScale = Number(process.env.DIGEST_FUZZ_SCALE ?? 1)
+
+export const json = { 'content-type': 'application/json' }
+
 export const problemTypes = 'https://iana.org/assignments/http-problem-types#'
 
 // RFC 9530 appendix B examples: the 18 bytes {"hello": "world"} without a trailing newline.
@@ -68,9 +73,10 @@ export interface RawResponse {
 
 /**
  * Sends a request over a real socket exactly as given: the head as written (so a field can be split
- * over several lines) and the body in the chunks given, each written in its own event loop turn.
+ * over several lines) and the body in the chunks given, each written in its own event loop turn, or
+ * `pause` milliseconds apart.
  */
-export async function rawRequest (port: number, head: string[], chunks: Buffer[] = []): Promise<RawResponse> {
+export async function rawRequest (port: number, head: string[], chunks: Buffer[] = [], pause = 0): Promise<RawResponse> {
   const socket = connect({ host: '127.0.0.1', port })
   socket.setNoDelay(true)
   const received: Buffer[] = []
@@ -84,7 +90,7 @@ export async function rawRequest (port: number, head: string[], chunks: Buffer[]
   for (const chunk of chunks) {
     if (socket.destroyed) break
     socket.write(chunk)
-    await new Promise((resolve) => setImmediate(resolve))
+    await new Promise((resolve) => pause > 0 ? setTimeout(resolve, pause) : setImmediate(resolve))
   }
   await closed
   return parseResponse(Buffer.concat(received).toString('latin1'))

@@ -2,16 +2,15 @@ import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import t from 'tap'
 import { Pool } from 'undici'
-import { buildApp, hello, helloSha256, helloSha512, listen, member, problemTypes } from './helpers.js'
+import { buildApp, fuzzScale, hello, helloSha256, helloSha512, json, listen, member, problemTypes } from './helpers.js'
 
 // Real sockets, 64 requests in flight, every kind of request mixed: each response must be exactly
 // the one expected, and the heap after garbage collection must not grow from round to round.
 setFlagsFromString('--expose-gc')
 const gc = runInNewContext('gc') as () => void
 
-const scale = Number(process.env.DIGEST_FUZZ_SCALE ?? 1)
 const rounds = 6
-const perRound = Math.max(1000, Math.round(1000 * scale))
+const perRound = Math.max(1000, Math.round(1000 * fuzzScale))
 const concurrency = 64
 
 interface Kind {
@@ -22,7 +21,6 @@ interface Kind {
   type?: string
 }
 
-const json = { 'content-type': 'application/json' }
 const kinds: Kind[] = [
   { name: 'valid sha-256', method: 'POST', headers: { ...json, 'content-digest': helloSha256 }, status: 200 },
   { name: 'valid, both fields', method: 'POST', headers: { ...json, 'content-digest': helloSha512, 'repr-digest': `${helloSha256}, ${helloSha512}` }, status: 200 },

@@ -1,9 +1,7 @@
 import t from 'tap'
 import Fastify from 'fastify'
 import fastifyDigestFields, { type FastifyDigestFieldsOptions } from '../lib/index.js'
-import { buildApp, hello, helloSha256, helloSha512, member, problemTypes } from './helpers.js'
-
-const json = { 'content-type': 'application/json' }
+import { buildApp, hello, helloSha256, helloSha512, json, member, problemTypes } from './helpers.js'
 
 async function register (options: unknown): Promise<void> {
   const app = Fastify()

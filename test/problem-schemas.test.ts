@@ -1,9 +1,7 @@
 import t from 'tap'
 import Fastify from 'fastify'
 import fastifyDigestFields, { digestProblemSchemas } from '../lib/index.js'
-import { hello, member } from './helpers.js'
-
-const json = { 'content-type': 'application/json' }
+import { hello, json, member } from './helpers.js'
 
 t.test('every problem the plugin sends is valid against its exported schema', async (t) => {
   const app = Fastify()

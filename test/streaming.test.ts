@@ -2,9 +2,7 @@ import crypto, { createHash } from 'node:crypto'
 import { syncBuiltinESMExports } from 'node:module'
 import t from 'tap'
 import fc from 'fast-check'
-import { buildApp, hello, helloSha256, listen, member, rawRequest, randomChunks, type Tap } from './helpers.js'
-
-const scale = Number(process.env.DIGEST_FUZZ_SCALE ?? 1)
+import { buildApp, fuzzScale, hello, helloSha256, listen, member, randomChunks, rawRequest, type Tap } from './helpers.js'
 
 /** Replaces a node:crypto export for the test, in the ESM bindings the plugin imported too. */
 function spyOnCrypto<K extends 'createHash' | 'hash' | 'timingSafeEqual'> (t: Tap, name: K, spy: (original: typeof crypto[K]) => typeof crypto[K]): void {
@@ -63,7 +61,7 @@ t.test('over a real socket, in random chunk sizes, the verdict always equals a d
       verdicts.rejected++
       return response.status === 400 && JSON.parse(response.body).type.endsWith('#digest-mismatching-value') && calls.handler === before
     }
-  ), { numRuns: Math.round(60 * scale) })
+  ), { numRuns: Math.round(60 * fuzzScale) })
   t.ok(verdicts.accepted > 0 && verdicts.rejected > 0, `accepted ${verdicts.accepted}, rejected ${verdicts.rejected}`)
   t.comment(`chunked uploads: ${verdicts.accepted + verdicts.rejected} requests, ${(verdicts.bytes / 1048576).toFixed(1)} MiB`)
 })

@@ -12,14 +12,13 @@ import {
   hello,
   helloSha256,
   helloSha512,
+  json,
   listen,
   member,
   problemTypes,
   randomChunks,
   rawRequest
 } from './helpers.js'
-
-const json = { 'content-type': 'application/json' }
 
 t.test('accepts the RFC 9530 sha-256 example and exposes it on request.digest', async (t) => {
   const { app, calls } = await buildApp()
