@@ -50,9 +50,9 @@ export function hasNoDigestFields (headers: IncomingHttpHeaders): boolean {
 
 function parse (settings: Settings, field: Field, value: string | string[]): Dictionary {
   try {
-    // Field lines of one name are one field, joined with ", " (RFC 9110 section 5.3); Node already
-    // joins unknown fields this way, but a string[] can still reach us through inject().
-    return parseDictionary(Array.isArray(value) ? value.join(', ') : value)
+    // Field lines of one name are one field, joined with commas (RFC 9110 section 5.3): Node and
+    // light-my-request join them already, and String() joins any list that still gets here.
+    return parseDictionary(String(value))
   } catch (error) {
     throw malformedField(settings, field.name, (error as Error).message)
   }

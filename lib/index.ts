@@ -8,13 +8,13 @@ import type {
   RouteOptions
 } from 'fastify'
 import fp from 'fastify-plugin'
-import type { Http2Stream } from 'node:http2'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from '../types/index.js'
 import { hasNoDigestFields, inspectFields } from './fields.js'
+import { declaredLength, isPartial } from './framing.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem, missingIntegrityField, unverifiableContent } from './problems.js'
-import { compareDigests, DigestVerifier } from './verifier.js'
+import { compareDigests, SourceVerifier } from './verifier.js'
 
 export type * from '../types/index.js'
 export {
@@ -28,74 +28,14 @@ export {
 
 const kSettings = Symbol('fastify-digest-fields.settings')
 const kVerifier = Symbol('fastify-digest-fields.verifier')
+const kAnswers = Symbol('fastify-digest-fields.answers')
 
-// Per-route settings and per-request state live behind symbols, out of the public types.
-type RouteConfig = FastifyContextConfig & { [kSettings]?: Settings }
-type DigestRequest = FastifyRequest & { [kVerifier]?: DigestVerifier | null }
+// Per-route settings and per-request state live behind symbols, out of the public types. A route's
+// settings are null when `config.digest` is false, and absent when the plugin never saw the route.
+type RouteConfig = FastifyContextConfig & { [kSettings]?: Settings | null }
+type DigestRequest = FastifyRequest & { [kVerifier]?: SourceVerifier | null }
 
-function settingsOf (request: FastifyRequest): Settings | undefined {
-  return (request.routeOptions.config as RouteConfig)[kSettings]
-}
-
-type PreParsingDone = (error?: Error | null, payload?: Readable) => void
-
-/** Whether the request carries content, judged from its framing alone (RFC 9112 section 6.3). */
-function hasContent (request: FastifyRequest): boolean {
-  const length = request.headers['content-length']
-  if (length !== undefined) return length !== '0'
-  if (request.headers['transfer-encoding'] !== undefined) return true
-  // Without either an HTTP/1 request has no content; HTTP/2 frames content in DATA frames, and a
-  // request has none when its HEADERS frame ended the stream (RFC 9113 section 8.1).
-  const { stream } = request.raw as { stream?: Http2Stream }
-  return stream !== undefined && !stream.endAfterHeaders
-}
-
-/**
- * Judges the fields of a request to a covered route, then checks an empty body at once or hands the
- * parser a stream that verifies the body as it reads it.
- */
-function verify (request: DigestRequest, settings: Settings, payload: Readable, done: PreParsingDone): void {
-  const headers = request.headers
-  let inspection
-  try {
-    inspection = inspectFields(headers, settings, headers['content-range'] !== undefined)
-  } catch (error) {
-    done(error as DigestProblem)
-    return
-  }
-  const { expectations, algorithms } = inspection
-  const content = hasContent(request)
-  if (expectations.length === 0) {
-    done(settings.required && content ? missingIntegrityField(settings) : null, payload)
-    return
-  }
-  if (!content) {
-    // The digest of empty content is well defined, and checking it here needs no stream at all:
-    // Fastify skips body parsing for an empty request, so nothing would ever read one.
-    try {
-      request.digest = compareDigests(settings, expectations, algorithms, algorithms.map((algorithm) => algorithm.emptyDigest))
-    } catch (error) {
-      done(error as DigestProblem)
-      return
-    }
-    done(null, payload)
-    return
-  }
-  const verifier = new DigestVerifier(payload, settings, expectations, algorithms, request)
-  request[kVerifier] = verifier
-  done(null, verifier)
-}
-
-/**
- * Asked just before the handler runs. Content that the payload stream never delivered was read some
- * other way (from request.raw, as @fastify/multipart does) or not at all: it was not verified, and
- * the handler must not take it as if it were. A stream the parser handed on as the body is fine:
- * it errors instead of ending if the digests differ.
- */
-function isUnverified (request: DigestRequest): boolean {
-  const verifier = request[kVerifier]
-  return verifier != null && !verifier.settled && !verifier.started && request.body !== verifier
-}
+type HookDone = (error?: Error) => void
 
 function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): void {
   request.log.info({ problemType: problem.type }, problem.message)
@@ -108,59 +48,149 @@ function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: Fa
     .send(Buffer.from(reply.serializeInput(problem.document, problem.schema)))
 }
 
+/**
+ * Judges the fields of a request, then checks an empty content at once, or verifies the content at
+ * its source, request.raw, whoever reads it.
+ */
+function verify (request: DigestRequest, reply: FastifyReply, settings: Settings, done: HookDone): void {
+  const headers = request.headers
+  let inspection
+  try {
+    inspection = inspectFields(headers, settings, isPartial(headers['content-range']))
+  } catch (error) {
+    done(error as DigestProblem)
+    return
+  }
+  const { expectations, algorithms } = inspection
+  const length = declaredLength(request)
+  if (expectations.length === 0) {
+    done(settings.required && length !== 0 ? missingIntegrityField(settings) : undefined)
+    return
+  }
+  if (length === 0) {
+    // The digest of empty content is well defined, and checking it here needs no stream at all:
+    // Fastify skips body parsing for an empty request, so nothing would ever read one.
+    try {
+      request.digest = compareDigests(settings, expectations, algorithms, algorithms.map((algorithm) => algorithm.emptyDigest))
+    } catch (error) {
+      done(error as DigestProblem)
+      return
+    }
+    done()
+    return
+  }
+  const source = request.raw
+  // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
+  if (source.readableDidRead) {
+    done(unverifiableContent(settings))
+    return
+  }
+  const verifier = new SourceVerifier(source, {
+    settings,
+    expectations,
+    algorithms,
+    verified (digest) { request.digest = digest },
+    // A reader that listens for 'error' answers the problem (Fastify's parsers send it to the
+    // error handler); with none, nobody would, so the plugin does unless a reply went out already.
+    failed (problem, heard) {
+      if (!heard && !reply.sent) sendProblem(problem, request, reply)
+    }
+  })
+  if (verifier.hashBuffered()) {
+    done(verifier.judge() ?? undefined)
+    return
+  }
+  verifier.attach()
+  request[kVerifier] = verifier
+  done()
+}
+
+/** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
+function isStream (body: unknown): boolean {
+  return typeof (body as Readable | undefined)?.pipe === 'function'
+}
+
 function routeName (route: RouteOptions): string {
   return `${Array.isArray(route.method) ? route.method.join(',') : route.method} ${route.url}`
 }
 
 const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: FastifyInstance, options) => {
-  const defaults = pluginSettings(options)
+  // Fastify's own register options reach the plugin with its options; they are Fastify's to apply.
+  const { prefix, logLevel, logSerializers, ...digestOptions } = options as FastifyDigestFieldsOptions & Record<string, unknown>
+  const defaults = pluginSettings(digestOptions)
   // While no route requires a field, a request without one is done with after four header lookups.
-  let anyRequired = false
+  let anyRequired = defaults.required
+  // Routes declared before the plugin was registered, each reported once.
+  const unseen = new WeakSet<object>()
 
-  fastify.decorateRequest('digest', null)
-  fastify.decorateRequest(kVerifier, null)
+  /**
+   * A route's settings. One the plugin did not see declared (declared before the plugin finished
+   * registering, or the not-found handler) is verified with the plugin defaults, never passed.
+   */
+  function settingsOf (request: FastifyRequest): Settings | null {
+    const config = request.routeOptions.config as RouteConfig
+    const settings = config[kSettings]
+    if (settings !== undefined) return settings
+    if (!request.is404 && !unseen.has(config)) {
+      unseen.add(config)
+      request.log.warn(`fastify-digest-fields: ${request.method} ${request.routeOptions.url} was declared before the plugin was registered, so its config.digest is not read: it is checked with the plugin defaults and its problems are answered by the application's error handler. Declare routes after \`await fastify.register(fastifyDigestFields)\`.`)
+    }
+    return defaults
+  }
+
+  // A second registration in a child scope sets that scope's defaults: its onRoute hook runs after
+  // the parent's, and the first preParsing hook to see a request does the work.
+  if (!fastify.hasRequestDecorator('digest')) {
+    fastify.decorateRequest('digest', null)
+    fastify.decorateRequest(kVerifier, null)
+  }
 
   fastify.addHook('onRoute', (route) => {
     const settings = routeSettings(defaults, route.config?.digest, routeName(route))
+    route.config = { ...route.config, [kSettings]: settings } as RouteConfig
     if (settings === null) return
     anyRequired ||= settings.required
-    const config: RouteConfig = { ...route.config, [kSettings]: settings }
-    route.config = config
 
     // A route-level error handler answers the plugin's problems and hands every other error on to
     // the application's handler (Fastify chains to the scope's handler when this one rethrows), so
     // the application keeps setErrorHandler to itself.
     const routeErrorHandler = route.errorHandler
-    route.errorHandler = function digestErrorHandler (this: FastifyInstance, error: FastifyError, request, reply) {
+    if ((routeErrorHandler as { [kAnswers]?: true } | undefined)?.[kAnswers] === true) return
+    route.errorHandler = Object.assign(function digestErrorHandler (this: FastifyInstance, error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
       if (error instanceof DigestProblem) return sendProblem(error, request, reply)
       if (routeErrorHandler !== undefined) return routeErrorHandler.call(this, error, request, reply)
       throw error
-    }
-
-    // The unverified-content check wraps the handler rather than adding a preHandler hook: it then
-    // runs after every hook, and a request without digest fields pays one property read for it.
-    const handler = route.handler
-    route.handler = function digestCheckedHandler (this: FastifyInstance, request, reply) {
-      if (isUnverified(request)) throw unverifiableContent(settings)
-      return handler.call(this, request, reply)
-    }
+    }, { [kAnswers]: true as const })
   })
 
-  // A scope-level hook runs before every route-level one, so the verifier sees the bytes as they
-  // arrived even when @fastify/compress adds its decompressing preParsing hook to the route: both
-  // digests cover the content before any content coding is removed (RFC 9530 sections 2 and 3).
-  fastify.addHook('preParsing', (request: DigestRequest, _reply, payload, done: PreParsingDone) => {
+  // The fields are judged, and the content taken over at its source, as soon as the route is known:
+  // an asynchronous onRequest hook after this one (@fastify/multipart has one) lets the connection
+  // deliver content, which must already pass through the verifier.
+  fastify.addHook('onRequest', (request: DigestRequest, reply, done) => {
     const noFields = hasNoDigestFields(request.headers)
-    if (noFields && !anyRequired) {
-      done(null, payload)
+    if ((noFields && !anyRequired) || request[kVerifier] != null || request.digest !== null) {
+      done()
       return
     }
     const settings = settingsOf(request)
-    if (settings === undefined || (noFields && !settings.required)) {
-      done(null, payload)
+    if (settings === null || (noFields && !settings.required)) {
+      done()
       return
     }
-    verify(request, settings, payload, done)
+    verify(request, reply, settings, done)
+  })
+
+  // After the parser: a parser that took part of the content and handed no stream on (one that
+  // sniffs the first chunk) must not let any later hook or the handler act on content whose
+  // digest is not known yet, so the rest is read here and the request goes on once it matched.
+  // Content nobody has read yet is left for the handler, which sees the error in place of the end.
+  fastify.addHook('preValidation', (request: DigestRequest, _reply, done) => {
+    const verifier = request[kVerifier]
+    if (verifier == null || verifier.settled || !request.raw.readableDidRead || isStream(request.body)) {
+      done()
+      return
+    }
+    verifier.finish(done)
   })
 }
 

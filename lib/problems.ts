@@ -121,7 +121,7 @@ export function missingIntegrityField (settings: Settings): DigestProblem {
 }
 
 export function unverifiableContent (settings: Settings): DigestProblem {
-  return general(settings, 'the integrity fields of this request cannot be verified: the route does not read its content through the request payload stream')
+  return general(settings, 'the integrity fields of this request cannot be verified: its content was read before the plugin could hash it')
 }
 
 export function unsupportedAlgorithm (settings: Settings, field: FieldName, key: string): DigestProblem {

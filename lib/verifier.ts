@@ -4,7 +4,7 @@ import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from '../types/
 import type { Algorithm } from './algorithms.js'
 import type { Expectation } from './fields.js'
 import type { Settings } from './options.js'
-import { mismatchingValue } from './problems.js'
+import { mismatchingValue, type DigestProblem } from './problems.js'
 
 /**
  * Checks every expected value against the digest calculated for its algorithm and returns what was
@@ -29,129 +29,182 @@ export function compareDigests (
   return { fields, values }
 }
 
-const kVerifier = Symbol('fastify-digest-fields.verifier')
-type Source = Readable & { [kVerifier]?: DigestVerifier | undefined }
+/** What the verifier needs to know about a request, and what it tells the plugin. */
+export interface Verdicts {
+  readonly settings: Settings
+  readonly expectations: readonly Expectation[]
+  /** The distinct algorithms of `expectations`, each hashed once. */
+  readonly algorithms: readonly Algorithm[]
+  /** Receives what was verified, just before the content ends for its readers. */
+  verified (digest: VerifiedDigest): void
+  /**
+   * Told of a mismatch once the content's readers have been given the problem in place of the end;
+   * `heard` says whether any of them listens for 'error' and so can answer it.
+   */
+  failed (problem: DigestProblem, heard: boolean): void
+}
+
+const kVerifier = Symbol('fastify-digest-fields.source-verifier')
+
+// The request stream as Node's HTTP/1 parser, its HTTP/2 compatibility layer and light-my-request
+// feed it: each calls the stream's own push() for every chunk and push(null) at the end.
+type Source = Readable & {
+  [kVerifier]?: SourceVerifier | undefined
+  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean }
+}
+
+const nothing = Buffer.alloc(0)
+
+// The bytes held back from readers until the content is verified: more than any multipart close
+// delimiter (RFC 2046 section 5.1.1: a boundary has at most 70 characters), so that not even the
+// last part of a multipart body ends before its digest is known.
+const tailLength = 1024
+
+// Installed on the request stream in place of its push(): shared by every request, so no closure is
+// made per request; the verifier is found on the stream.
+function pushThroughVerifier (this: Source, chunk: Buffer | string | null): boolean {
+  return (this[kVerifier] as SourceVerifier).receive(chunk)
+}
+
+// A Readable's 'error' reaches only listeners, as IncomingMessage's does: a reader without one sees
+// neither an end nor an uncaught exception. Destroying without the request's own _destroy also
+// keeps the connection, whose message is complete, so that the 400 can still be sent.
+function destroyQuietly (this: Readable, error: Error | null, callback: (error?: Error | null) => void): void {
+  callback(this.listenerCount('error') > 0 ? error : null)
+}
 
 /**
- * Passes the request payload through unchanged while hashing it, and ends only once the digests
- * match: on a mismatch it errors instead, so a body parser fails before it hands anything on, and
- * a handler reading the stream itself sees the error in place of the end.
+ * Verifies the content at its source: every chunk the connection delivers to the request stream
+ * (request.raw) is hashed before any reader can see it, and the end of the stream is let through
+ * only once the digests match. On a mismatch the stream is destroyed with the problem instead, so
+ * every way of reading the content (Fastify's parsers, a parser that hands the payload on,
+ * request.raw, @fastify/multipart) sees an error in place of the end.
  *
- * It reads its source only when it is read, so a route that never reads its payload stream leaves
- * `started` false, which the plugin takes as content that was not verified.
+ * The last kilobyte received is held back until more arrives or the content ends: a reader that
+ * knows where the content ends from its own framing (a multipart boundary, a JSON value, a length)
+ * then never holds all of it before it is verified.
  */
-export class DigestVerifier extends Readable {
-  /** Bytes taken from the source; Fastify's body parsers read it to enforce bodyLimit. */
-  receivedEncodedLength = 0
-  started = false
+export class SourceVerifier {
   settled = false
   readonly #source: Source
-  readonly #settings: Settings
-  readonly #expectations: readonly Expectation[]
-  readonly #algorithms: readonly Algorithm[]
-  readonly #target: { digest: VerifiedDigest | null }
-  // Most small bodies arrive in one chunk, which a one-shot digest hashes without setting up a
-  // Hash; the incremental hashes start with the second chunk.
-  #first: Buffer | null = null
+  readonly #push: (chunk: Buffer | null) => boolean
+  readonly #verdicts: Verdicts
+  // While null, the held chunk (if any) is the first and is not hashed yet: content that arrives in
+  // one chunk is hashed in one call at its end, without setting up a Hash. Every other chunk is
+  // hashed as it arrives, before any reader can see it.
   #hashes: Hash[] | null = null
+  #held: Buffer[] = []
+  #heldLength = 0
+  #whenSettled: ((problem?: DigestProblem) => void) | null = null
 
-  /**
-   * `algorithms` are the distinct algorithms of `expectations`, each hashed once; `target.digest`
-   * is set to what was verified just before the stream ends.
-   */
-  constructor (
-    source: Readable,
-    settings: Settings,
-    expectations: readonly Expectation[],
-    algorithms: readonly Algorithm[],
-    target: { digest: VerifiedDigest | null }
-  ) {
-    // At least the socket's read size, so that a large upload is not paused and resumed (each a
-    // tick) on every chunk; what waits here is still bounded by this one mark.
-    super({ highWaterMark: Math.max(source.readableHighWaterMark, 64 * 1024) })
-    this.#source = source
-    this.#settings = settings
-    this.#expectations = expectations
-    this.#algorithms = algorithms
-    this.#target = target
+  constructor (source: Readable, verdicts: Verdicts) {
+    this.#source = source as Source
+    this.#push = source.push
+    this.#verdicts = verdicts
   }
 
-  override _read (): void {
-    if (!this.started) {
-      this.started = true
-      // Listeners shared by every verifier, which find theirs on the source: no closures a request.
-      this.#source[kVerifier] = this
-      this.#source.on('data', DigestVerifier.#onData)
-      this.#source.on('end', DigestVerifier.#onEnd)
-      this.#source.on('error', DigestVerifier.#onError)
-      this.#source.on('close', DigestVerifier.#onClose)
-    }
+  /**
+   * Hashes what the stream buffered before the plugin's hook ran (an asynchronous hook before it
+   * lets the connection deliver content unread). Returns true when that was the whole content,
+   * which judge() then decides at once; otherwise attach() takes over the rest.
+   */
+  hashBuffered (): boolean {
+    const state = this.#source._readableState
+    for (let i = state.bufferIndex; i < state.buffer.length; i++) this.#update(state.buffer[i] as Buffer)
+    return state.ended
+  }
+
+  /** Takes over the stream's push(), through which the connection delivers every further chunk. */
+  attach (): void {
+    this.#source[kVerifier] = this
+    this.#source.push = pushThroughVerifier
+  }
+
+  /**
+   * Called before the handler when a reader took some content and stopped without handing a stream
+   * on (a parser that sniffs the first chunk): the rest is read and discarded here, and `callback`
+   * runs once the content is verified, with the problem if it is not.
+   */
+  finish (callback: (problem?: DigestProblem) => void): void {
+    this.#whenSettled = callback
     this.#source.resume()
   }
 
-  override _destroy (error: Error | null, callback: (error?: Error | null) => void): void {
-    this.#detach()
-    callback(error)
-  }
-
-  #detach (): void {
-    this.settled = true
-    this.#first = null
-    this.#hashes = null
-    this.#source[kVerifier] = undefined
-    this.#source.off('data', DigestVerifier.#onData)
-    this.#source.off('end', DigestVerifier.#onEnd)
-    this.#source.off('error', DigestVerifier.#onError)
-    this.#source.off('close', DigestVerifier.#onClose)
+  receive (chunk: Buffer | string | null): boolean {
+    if (chunk === null) return this.#conclude()
+    // light-my-request pushes a string payload as it was given.
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+    const held = this.#held
+    if (this.#hashes !== null) {
+      this.#update(bytes)
+    } else if (held.length > 0) {
+      this.#update(held[0] as Buffer)
+      this.#update(bytes)
+    }
+    held.push(bytes)
+    this.#heldLength += bytes.length
+    let more = true
+    let delivered = false
+    while (this.#heldLength - (held[0] as Buffer).length >= tailLength) {
+      const next = held.shift() as Buffer
+      this.#heldLength -= next.length
+      more = this.#push.call(this.#source, next)
+      delivered = true
+    }
+    // A push that hands nothing on still ends the stream's read, so that it asks for more.
+    return delivered ? more : this.#push.call(this.#source, nothing)
   }
 
   #update (chunk: Buffer): void {
-    this.receivedEncodedLength += chunk.length
-    if (this.#hashes !== null) {
-      for (const hash of this.#hashes) hash.update(chunk)
-    } else if (this.#first === null) {
-      this.#first = chunk
-    } else {
-      const first = this.#first
-      this.#first = null
-      this.#hashes = this.#algorithms.map((algorithm) => algorithm.createHash().update(first).update(chunk))
-    }
-    if (!this.push(chunk)) this.#source.pause()
+    this.#hashes ??= this.#verdicts.algorithms.map((algorithm) => algorithm.createHash())
+    for (const hash of this.#hashes) hash.update(chunk)
   }
 
   #digests (): Buffer[] {
-    const hashes = this.#hashes
-    if (hashes !== null) return hashes.map((hash) => hash.digest())
-    const first = this.#first
-    return this.#algorithms.map((algorithm) => first === null ? algorithm.emptyDigest : algorithm.digest(first))
+    const { algorithms } = this.#verdicts
+    if (this.#hashes !== null) return this.#hashes.map((hash) => hash.digest())
+    const only = this.#held[0]
+    return algorithms.map((algorithm) => only === undefined ? algorithm.emptyDigest : algorithm.digest(only))
   }
 
-  #end (): void {
+  /**
+   * Settles the verification: tells the plugin what was verified and returns null, or returns the
+   * mismatching-value problem. Called directly for content that was complete before any reader
+   * started, and at the end of the content otherwise.
+   */
+  judge (): DigestProblem | null {
+    const verdicts = this.#verdicts
     const digests = this.#digests()
-    this.#detach()
+    this.settled = true
+    this.#hashes = null
     try {
-      this.#target.digest = compareDigests(this.#settings, this.#expectations, this.#algorithms, digests)
-    } catch (error) {
-      this.destroy(error as Error)
-      return
+      verdicts.verified(compareDigests(verdicts.settings, verdicts.expectations, verdicts.algorithms, digests))
+      return null
+    } catch (problem) {
+      return problem as DigestProblem
     }
-    this.push(null)
   }
 
-  static #onData (this: Source, chunk: Buffer): void {
-    (this[kVerifier] as DigestVerifier).#update(chunk)
-  }
-
-  static #onEnd (this: Source): void {
-    (this[kVerifier] as DigestVerifier).#end()
-  }
-
-  static #onError (this: Source, error: Error): void {
-    (this[kVerifier] as DigestVerifier).destroy(error)
-  }
-
-  // A request that closes without an end was cut off mid-body; the hashes are dropped.
-  static #onClose (this: Source): void {
-    (this[kVerifier] as DigestVerifier).destroy(new Error('the request was closed before its content was complete'))
+  #conclude (): boolean {
+    const source = this.#source
+    const held = this.#held
+    const problem = this.judge()
+    const whenSettled = this.#whenSettled
+    this.#held = []
+    this.#whenSettled = null
+    source.push = this.#push
+    source[kVerifier] = undefined
+    if (problem !== null) {
+      const heard = source.listenerCount('error') > 0
+      source._destroy = destroyQuietly
+      Readable.prototype.destroy.call(source, problem)
+      if (whenSettled !== null) whenSettled(problem)
+      else this.#verdicts.failed(problem, heard)
+      return false
+    }
+    for (const chunk of held) this.#push.call(source, chunk)
+    const more = this.#push.call(source, null)
+    whenSettled?.()
+    return more
   }
 }

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto'
+import { connect as h2connect, type OutgoingHttpHeaders } from 'node:http2'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type t from 'tap'
@@ -60,7 +61,49 @@ export function describeDigest (digest: import('../lib/index.js').VerifiedDigest
   }
 }
 
-export async function listen (app: FastifyInstance): Promise<number> {
+/** Records process-level failures (uncaught exceptions, unhandled rejections) for the length of a test. */
+export function watchProcess (t: Tap): unknown[] {
+  const escaped: unknown[] = []
+  const record = (error: unknown): void => { escaped.push(error) }
+  process.on('unhandledRejection', record)
+  process.on('uncaughtExceptionMonitor', record)
+  t.teardown(() => {
+    process.off('unhandledRejection', record)
+    process.off('uncaughtExceptionMonitor', record)
+  })
+  return escaped
+}
+
+/**
+ * Sends an HTTP/2 request with its content in the DATA frames given (each written in its own event
+ * loop turn; none for an empty list, whose HEADERS frame then ends the stream) and reads the whole
+ * response.
+ */
+export async function h2Request (port: number, headers: OutgoingHttpHeaders, chunks: Buffer[] = []): Promise<RawResponse> {
+  const session = h2connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  try {
+    const stream = session.request(headers, { endStream: chunks.length === 0 })
+    stream.on('error', () => {})
+    const received: Buffer[] = []
+    stream.on('data', (chunk: Buffer) => received.push(chunk))
+    const response = new Promise<Record<string, string>>((resolve) => stream.once('response', (h) => resolve(h as Record<string, string>)))
+    const closed = new Promise((resolve) => stream.once('close', resolve))
+    for (const [i, chunk] of chunks.entries()) {
+      if (stream.destroyed) break
+      if (i === chunks.length - 1) stream.end(chunk)
+      else stream.write(chunk)
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    await closed
+    const responseHeaders = await response
+    return { status: Number(responseHeaders[':status']), headers: responseHeaders, body: Buffer.concat(received).toString('utf8') }
+  } finally {
+    session.close()
+  }
+}
+
+export async function listen (app: { listen: FastifyInstance['listen'], server: { address: () => unknown } }): Promise<number> {
   await app.listen({ host: '127.0.0.1', port: 0 })
   return (app.server.address() as AddressInfo).port
 }

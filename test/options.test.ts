@@ -31,7 +31,9 @@ t.test('rejects bad options at registration with a message naming the bad value'
     [{ disclosure: 'some' }, /disclosure must be one of full, no-calculated-digest, none, got 'some'/],
     [{ problemTypesBase: 'not a uri' }, /problemTypesBase must be an absolute URI without a fragment, got 'not a uri'/],
     [{ problemTypesBase: 'https://example.com/problems#x' }, /without a fragment/],
-    [{ algorithm: ['sha-256'] }, /unknown option 'algorithm'/]
+    [{ algorithm: ['sha-256'] }, /unknown option 'algorithm'/],
+    [{ algorithms: [7] }, /unknown algorithm 7 /],
+    [{ strictAlgorithms: Symbol('yes') }, /strictAlgorithms must be true or false, got Symbol\(yes\)/]
   ]
   for (const [options, message] of cases) {
     await t.rejects(register(options), message, JSON.stringify(options))
@@ -48,6 +50,10 @@ t.test('rejects a bad config.digest when the route is declared, naming the route
   t.throws(
     () => app.put('/other', { config: { digest: true as unknown as false } }, async () => 'ok'),
     /config\.digest of PUT \/other: expected an options object, got true/
+  )
+  t.throws(
+    () => app.route({ method: ['POST', 'PUT'], url: '/both', config: { digest: { required: 'no' as unknown as boolean } }, handler: async () => 'ok' }),
+    /config\.digest of POST,PUT \/both: required must be true or false, got 'no'/
   )
 })
 

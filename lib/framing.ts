@@ -1,0 +1,38 @@
+import type { FastifyRequest } from 'fastify'
+import type { Http2Stream } from 'node:http2'
+
+/**
+ * What the request's framing says about its content before any of it is read: its length in bytes
+ * when Content-Length gives one, 0 when the request provably has none, and NaN when only reading it
+ * will tell (chunked HTTP/1.1, or HTTP/2 without Content-Length).
+ */
+export function declaredLength (request: FastifyRequest): number {
+  const length = request.headers['content-length']
+  // Content-Length is 1*DIGIT (RFC 9110 section 8.6), read as the number it is: "00" is 0. Node
+  // rejects other values on a real connection; inject() passes any string, which is then unknown.
+  if (length !== undefined) return /^\d+$/.test(length) ? Number(length) : NaN
+  if (request.headers['transfer-encoding'] !== undefined) return NaN
+  // Without either an HTTP/1 request has no content (RFC 9112 section 6.3); HTTP/2 frames content
+  // in DATA frames, and a request has none when its HEADERS frame ended the stream (RFC 9113
+  // section 8.1).
+  const { stream } = request.raw as { stream?: Http2Stream }
+  return stream === undefined || stream.endAfterHeaders ? 0 : NaN
+}
+
+// RFC 9110 section 14.4: range-unit SP first-pos "-" last-pos "/" ( complete-length / "*" ).
+const rangeResp = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ (\d+)-(\d+)\/(\d+|\*)$/
+
+/**
+ * Whether Content-Range makes the request carry only part of a representation, whose Repr-Digest
+ * then describes the whole and cannot be checked against these bytes (RFC 9530 section 3). Only a
+ * valid range-resp does: a value that does not parse, or whose positions are out of order, is
+ * ignored as RFC 9110 section 14.4 says, and the request is taken as complete.
+ */
+export function isPartial (contentRange: string | undefined): boolean {
+  if (contentRange === undefined) return false
+  const match = rangeResp.exec(contentRange)
+  if (match === null) return false
+  const [, first, last, complete] = match as unknown as [string, string, string, string]
+  if (BigInt(last) < BigInt(first)) return false
+  return complete === '*' || BigInt(complete) > BigInt(last)
+}
