@@ -1,19 +1,21 @@
 // An upload API that checks Content-Digest and Repr-Digest on every request: `npm start`.
-import { createWriteStream } from 'node:fs'
+import { randomUUID } from 'node:crypto'
+import { createWriteStream, realpathSync } from 'node:fs'
 import { mkdtemp, rename, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pipeline } from 'node:stream/promises'
+import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import fastifyDigestFields from 'fastify-digest-fields'
+
+// A stored file name: letters, digits, '_', '-' and '.', never starting with '.', so that no name
+// can leave the upload folder or clash with the temporary files.
+const fileName = { type: 'string', pattern: '^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}$' }
 
 export async function buildServer ({ uploadDir, logger = true } = {}) {
   const app = Fastify({ logger })
   await app.register(fastifyDigestFields, { algorithms: ['sha-256', 'sha-512'] })
-
-  // Hand octet-stream bodies to the handler as the verifying stream itself, so that a large upload
-  // is never held in memory.
-  app.addContentTypeParser('application/octet-stream', (_request, payload, done) => done(null, payload))
 
   const items = new Map()
 
@@ -24,19 +26,30 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     return reply.code(201).send({ id, item: request.body, verified: describe(request.digest) })
   })
 
-  // Streaming: written to a temporary file, kept only if the stream ends, which it does only when
-  // the digest matched. An integrity field is required here.
-  app.put('/uploads/:name', { config: { digest: { required: true } } }, async (request, reply) => {
-    const name = request.params.name.replace(/[^\w.-]/g, '_')
-    const partial = join(uploadDir, `.${name}.partial`)
-    try {
-      await pipeline(request.body, createWriteStream(partial))
-    } catch (error) {
-      await rm(partial, { force: true })
-      throw error
-    }
-    await rename(partial, join(uploadDir, name))
-    return reply.code(201).send({ name, verified: describe(request.digest) })
+  // Streaming: the content goes from request.raw to a temporary file of its own, whatever its
+  // content type (this scope's only parser reads nothing), and the file is kept only when the
+  // stream ended with a verified digest. An integrity field is required here.
+  await app.register(async (uploads) => {
+    uploads.removeAllContentTypeParsers()
+    uploads.addContentTypeParser('*', (_request, _payload, done) => done(null))
+    uploads.put('/uploads/:name', {
+      config: { digest: { required: true } },
+      schema: { params: { type: 'object', properties: { name: fileName }, required: ['name'] } }
+    }, async (request, reply) => {
+      const partial = join(uploadDir, `.${randomUUID()}.partial`)
+      try {
+        // The stream errors instead of ending when the digest does not match.
+        await pipeline(request.raw, createWriteStream(partial, { flags: 'wx' }))
+        // `required` lets an empty upload without an integrity field through: nothing was verified.
+        if (request.digest === null) {
+          return reply.code(400).send({ error: 'Bad Request', message: 'an upload must carry a Content-Digest or Repr-Digest field' })
+        }
+        await rename(partial, join(uploadDir, request.params.name))
+      } finally {
+        await rm(partial, { force: true })
+      }
+      return reply.code(201).send({ name: request.params.name, verified: describe(request.digest) })
+    })
   })
 
   app.get('/health', { config: { digest: false } }, async () => ({ status: 'ok' }))
@@ -52,7 +65,9 @@ function describe (digest) {
   }
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+// Run directly (npm start), not imported: compared as real paths, so that a checkout path with
+// spaces or symbolic links still starts the server.
+if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
   const uploadDir = await mkdtemp(join(tmpdir(), 'digest-uploads-'))
   const app = await buildServer({ uploadDir })
   await app.listen({ host: '127.0.0.1', port: Number(process.env.PORT ?? 3000) })
