@@ -12,6 +12,24 @@ export type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 /** DIGEST_FUZZ_SCALE multiplies generated cases, uploads and load requests (default 1). */
 export const fuzzScale = Number(process.env.DIGEST_FUZZ_SCALE ?? 1)
 
+/**
+ * The seed of every random generator in the suite: DIGEST_FUZZ_SEED replays a run, and each test
+ * file prints the one it used.
+ */
+export const fuzzSeed = Number(process.env.DIGEST_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31))
+
+/** A seeded generator of numbers in [0, 1) (mulberry32), for fast-check and hand-made randomness alike. */
+export function seededRandom (seed: number = fuzzSeed): () => number {
+  let state = seed >>> 0
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0
+    let x = state
+    x = Math.imul(x ^ (x >>> 15), x | 1)
+    x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
+    return ((x ^ (x >>> 14)) >>> 0) / 4294967296
+  }
+}
+
 export const json = { 'content-type': 'application/json' }
 
 export const problemTypes = 'https://iana.org/assignments/http-problem-types#'
