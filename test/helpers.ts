@@ -180,8 +180,8 @@ function parseResponse (text: string): RawResponse {
   return { status: Number(statusLine.split(' ')[1]), headers, body: Buffer.from(body, 'latin1').toString('utf8') }
 }
 
-/** Splits data into chunks of random sizes between 1 and max bytes. */
-export function randomChunks (data: Buffer, max: number, random: () => number = Math.random): Buffer[] {
+/** Splits data into chunks of random sizes between 1 and max bytes, drawn from `random`. */
+export function randomChunks (data: Buffer, max: number, random: () => number): Buffer[] {
   const chunks: Buffer[] = []
   for (let at = 0; at < data.length;) {
     const size = 1 + Math.floor(random() * max)
