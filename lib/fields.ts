@@ -2,26 +2,25 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { isInnerList, parseDictionary, type Dictionary, type InnerList, type Item } from 'structured-headers'
 import type { DigestFieldName } from '../types/index.js'
 import type { Algorithm } from './algorithms.js'
+import type { FieldName, Finding, IntegrityFieldName, InvalidValue, UnsupportedAlgorithm } from './findings.js'
 import type { Settings } from './options.js'
-import {
-  invalidValue,
-  malformedField,
-  malformedPreference,
-  unsupportedAlgorithm,
-  type FieldName
-} from './problems.js'
 
 /** One digest value from an integrity field that the received content must match. */
 export interface Expectation {
   readonly field: DigestFieldName
+  readonly header: IntegrityFieldName
   readonly algorithm: Algorithm
   readonly value: Buffer
 }
 
-/** What the content must match, and the distinct algorithms to hash it with, each once. */
-export interface Inspection {
+/**
+ * The judgement of a request's fields before any content is read: the findings of the kind that
+ * answers the request (empty when every field is acceptable), and the values its content must
+ * match.
+ */
+export interface Judgement {
+  readonly findings: readonly Finding[]
   readonly expectations: readonly Expectation[]
-  readonly algorithms: readonly Algorithm[]
 }
 
 interface Field {
@@ -32,40 +31,68 @@ interface Field {
 }
 
 // Every field is parsed before any is judged, so that a field that does not parse is always answered
-// as such (problem-types section 4.2), whatever another field holds.
+// as such (problem-types section 4.2), whatever another field holds. The order is the order in
+// which the first problem of a kind is reported.
 const fields: readonly Field[] = [
   { name: 'Content-Digest', header: 'content-digest', integrity: 'content-digest' },
   { name: 'Repr-Digest', header: 'repr-digest', integrity: 'repr-digest' },
+  { name: 'Unencoded-Digest', header: 'unencoded-digest', integrity: 'unencoded-digest' },
   { name: 'Want-Content-Digest', header: 'want-content-digest', integrity: null },
-  { name: 'Want-Repr-Digest', header: 'want-repr-digest', integrity: null }
+  { name: 'Want-Repr-Digest', header: 'want-repr-digest', integrity: null },
+  { name: 'Want-Unencoded-Digest', header: 'want-unencoded-digest', integrity: null }
 ]
 
-/** True when the request carries none of the four fields: the cheap test every request pays. */
+/** The integrity fields, by the names Node gives them. */
+export const integrityFields: readonly string[] = ['content-digest', 'repr-digest', 'unencoded-digest']
+
+/** True when the request carries none of the six fields and announces none in its trailer section. */
 export function hasNoDigestFields (headers: IncomingHttpHeaders): boolean {
   return headers['content-digest'] === undefined &&
     headers['repr-digest'] === undefined &&
+    headers['unencoded-digest'] === undefined &&
     headers['want-content-digest'] === undefined &&
-    headers['want-repr-digest'] === undefined
+    headers['want-repr-digest'] === undefined &&
+    headers['want-unencoded-digest'] === undefined &&
+    headers.trailer === undefined
 }
 
-function parse (settings: Settings, field: Field, value: string | string[]): Dictionary {
-  try {
-    // Field lines of one name are one field, joined with commas (RFC 9110 section 5.3): Node and
-    // light-my-request join them already, and String() joins any list that still gets here.
-    return parseDictionary(String(value))
-  } catch (error) {
-    throw malformedField(settings, field.name, (error as Error).message)
+/** The integrity fields a request announces in its Trailer field (RFC 9110 section 6.6.2). */
+export function announcedFields (headers: IncomingHttpHeaders): string[] {
+  const trailer = headers.trailer
+  if (trailer === undefined) return []
+  return trailer.toLowerCase().split(',').map((name) => name.trim()).filter((name) => integrityFields.includes(name))
+}
+
+type Parsed = [Field, Dictionary]
+
+function parse (section: Readonly<Record<string, string | string[] | undefined>>): Parsed[] | Finding {
+  const present: Parsed[] = []
+  for (const field of fields) {
+    const value = section[field.header]
+    if (value === undefined) continue
+    try {
+      // Field lines of one name are one field, joined with commas (RFC 9110 section 5.3): Node and
+      // light-my-request join them already, and String() joins any list that still gets here.
+      present.push([field, parseDictionary(String(value))])
+    } catch (error) {
+      return { kind: 'general', detail: `${field.name} is not a valid structured-field dictionary: ${(error as Error).message}` }
+    }
   }
+  return present
 }
 
-/** The keys a field asks for: every key of an integrity field, keys with a preference above 0 in a preference field. */
-function requestedKeys (settings: Settings, field: Field, dictionary: Dictionary): string[] {
-  if (field.integrity !== null) return [...dictionary.keys()]
+/**
+ * The keys a field asks for: every key of an integrity field, keys with a preference above 0 in a
+ * preference field; or the finding of a preference that is not an integer from 0 to 10 (RFC 9530
+ * section 4).
+ */
+function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary): string[] | Finding {
+  if (integrity !== null) return [...dictionary.keys()]
   const keys: string[] = []
   for (const [key, member] of dictionary) {
     const weight = member[0]
     if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10) {
-      throw malformedPreference(settings, field.name, key)
+      return { kind: 'general', detail: `${name} gives ${key} a preference that is not an integer from 0 to 10` }
     }
     // RFC 9530 section 4: 0 means "not acceptable", so a 0 asks for nothing and cannot be unsupported.
     if (weight > 0) keys.push(key)
@@ -73,54 +100,54 @@ function requestedKeys (settings: Settings, field: Field, dictionary: Dictionary
   return keys
 }
 
-function checkSupported (settings: Settings, field: Field, keys: readonly string[]): void {
-  const unsupported = keys.find(key => !settings.algorithms.has(key))
-  if (unsupported === undefined) return
+function unsupportedKeys (settings: Settings, field: Field, keys: readonly string[]): UnsupportedAlgorithm[] {
   // By default a field is acceptable while it names one algorithm the route supports, which is
   // what lets a client offer several digests at once (RFC 9530 section 2).
-  if (settings.strictAlgorithms || !keys.some(key => settings.algorithms.has(key))) {
-    throw unsupportedAlgorithm(settings, field.name, unsupported)
-  }
+  if (!settings.strictAlgorithms && keys.some(key => settings.algorithms.has(key))) return []
+  return keys.filter((key) => !settings.algorithms.has(key)).map((algorithm) => ({ kind: 'unsupported', algorithm, header: field.name }))
 }
 
-function digestValue (settings: Settings, algorithm: Algorithm, member: Item | InnerList): Buffer {
+/** Why a value cannot come from its algorithm (problem-types section 4.2), or null. */
+function invalidity (algorithm: Algorithm, member: Item | InnerList): string | null {
   const bytes = member[0]
-  if (isInnerList(member) || !(bytes instanceof ArrayBuffer)) {
-    throw invalidValue(settings, `digest value for ${algorithm.key} is not a byte sequence`)
-  }
-  // Problem-types section 4.2: a value of the wrong length cannot come from the algorithm, so the
-  // body need not be hashed to know it is wrong.
-  if (bytes.byteLength !== algorithm.length) {
-    throw invalidValue(settings, `digest value for ${algorithm.key} is not ${algorithm.length} bytes long`)
-  }
-  return Buffer.from(bytes)
+  if (isInnerList(member) || !(bytes instanceof ArrayBuffer)) return 'is not a byte sequence'
+  // A value of the wrong length cannot come from the algorithm, so the content need not be hashed
+  // to know it is wrong.
+  if (bytes.byteLength !== algorithm.length) return `is not ${algorithm.length} bytes long`
+  return null
 }
 
 /**
- * Parses and judges the request's digest fields before any byte of the body is read. Returns the
- * values to check against the content, and throws the DigestProblem that answers a bad field.
- * `partial` is set for a request with Content-Range, whose Repr-Digest describes the whole
- * representation and so cannot be checked against this request's bytes (RFC 9530 section 3).
+ * Parses and judges the digest fields of a header or trailer section. Findings are of one kind,
+ * in this order of precedence: a field that is not a dictionary or a preference out of range (the
+ * first, as about:blank), then every unsupported key, then every invalid value. `partial` is set
+ * for a request with a valid Content-Range, whose Repr-Digest describes the whole representation
+ * and so cannot be checked against this request's bytes (RFC 9530 section 3).
  */
-export function inspectFields (headers: IncomingHttpHeaders, settings: Settings, partial: boolean): Inspection {
-  const present: Array<[Field, Dictionary]> = []
-  for (const field of fields) {
-    const value = headers[field.header]
-    if (value !== undefined) present.push([field, parse(settings, field, value)])
+export function judgeFields (section: Readonly<Record<string, string | string[] | undefined>>, settings: Settings, partial: boolean): Judgement {
+  const present = parse(section)
+  if (!Array.isArray(present)) return { findings: [present], expectations: [] }
+  const unsupported: UnsupportedAlgorithm[] = []
+  for (const [field, dictionary] of present) {
+    const keys = requestedKeys(field, dictionary)
+    if (!Array.isArray(keys)) return { findings: [keys], expectations: [] }
+    unsupported.push(...unsupportedKeys(settings, field, keys))
   }
-  for (const [field, dictionary] of present) checkSupported(settings, field, requestedKeys(settings, field, dictionary))
+  if (unsupported.length > 0) return { findings: unsupported, expectations: [] }
+  const invalid: InvalidValue[] = []
   const expectations: Expectation[] = []
-  const algorithms: Algorithm[] = []
-  for (const [{ integrity }, dictionary] of present) {
+  for (const [{ name, integrity }, dictionary] of present) {
     if (integrity === null) continue
     for (const [key, member] of dictionary) {
       const algorithm = settings.algorithms.get(key)
       if (algorithm === undefined) continue
-      const value = digestValue(settings, algorithm, member)
-      if (partial && integrity === 'repr-digest') continue
-      expectations.push({ field: integrity, algorithm, value })
-      if (!algorithms.includes(algorithm)) algorithms.push(algorithm)
+      const reason = invalidity(algorithm, member)
+      if (reason !== null) {
+        invalid.push({ kind: 'invalid', algorithm: key, header: name as IntegrityFieldName, reason })
+      } else if (!(partial && integrity === 'repr-digest')) {
+        expectations.push({ field: integrity, header: name as IntegrityFieldName, algorithm, value: Buffer.from(member[0] as ArrayBuffer) })
+      }
     }
   }
-  return { expectations, algorithms }
+  return invalid.length > 0 ? { findings: invalid, expectations: [] } : { findings: [], expectations }
 }

@@ -10,11 +10,12 @@ import type {
 import fp from 'fastify-plugin'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from '../types/index.js'
-import { hasNoDigestFields, inspectFields } from './fields.js'
-import { declaredLength, isPartial } from './framing.js'
+import { sendProblem } from './answer.js'
+import { hasNoDigestFields } from './fields.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
-import { DigestProblem, missingIntegrityField, unverifiableContent } from './problems.js'
-import { compareDigests, SourceVerifier } from './verifier.js'
+import { DigestProblem } from './problems.js'
+import { verifyRequest, watchTrailers } from './request-verification.js'
+import type { SourceVerifier } from './verifier.js'
 
 export type * from '../types/index.js'
 export {
@@ -22,8 +23,11 @@ export {
   digestProblemSchemas,
   generalProblemSchema,
   invalidValueSchema,
+  invalidValuesSchema,
+  mismatchedValuesSchema,
   mismatchingValueSchema,
-  unsupportedAlgorithmSchema
+  unsupportedAlgorithmSchema,
+  unsupportedAlgorithmsSchema
 } from './problems.js'
 
 const kSettings = Symbol('fastify-digest-fields.settings')
@@ -34,76 +38,6 @@ const kAnswers = Symbol('fastify-digest-fields.answers')
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
 type RouteConfig = FastifyContextConfig & { [kSettings]?: Settings | null }
 type DigestRequest = FastifyRequest & { [kVerifier]?: SourceVerifier | null }
-
-type HookDone = (error?: Error) => void
-
-function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): void {
-  request.log.info({ problemType: problem.type }, problem.message)
-  reply
-    .code(problem.statusCode)
-    .headers(problem.headers)
-    .type('application/problem+json')
-    // As a Buffer, so Fastify sends the media type as registered: JSON defines no charset parameter
-    // (RFC 8259 section 11).
-    .send(Buffer.from(reply.serializeInput(problem.document, problem.schema)))
-}
-
-/**
- * Judges the fields of a request, then checks an empty content at once, or verifies the content at
- * its source, request.raw, whoever reads it.
- */
-function verify (request: DigestRequest, reply: FastifyReply, settings: Settings, done: HookDone): void {
-  const headers = request.headers
-  let inspection
-  try {
-    inspection = inspectFields(headers, settings, isPartial(headers['content-range']))
-  } catch (error) {
-    done(error as DigestProblem)
-    return
-  }
-  const { expectations, algorithms } = inspection
-  const length = declaredLength(request)
-  if (expectations.length === 0) {
-    done(settings.required && length !== 0 ? missingIntegrityField(settings) : undefined)
-    return
-  }
-  if (length === 0) {
-    // The digest of empty content is well defined, and checking it here needs no stream at all:
-    // Fastify skips body parsing for an empty request, so nothing would ever read one.
-    try {
-      request.digest = compareDigests(settings, expectations, algorithms, algorithms.map((algorithm) => algorithm.emptyDigest))
-    } catch (error) {
-      done(error as DigestProblem)
-      return
-    }
-    done()
-    return
-  }
-  const source = request.raw
-  // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
-  if (source.readableDidRead) {
-    done(unverifiableContent(settings))
-    return
-  }
-  const verifier = new SourceVerifier(source, {
-    settings,
-    expectations,
-    algorithms,
-    verified (digest) { request.digest = digest },
-    // A reader that listens for 'error' answers the problem (Fastify's parsers send it to the
-    // error handler); with none, nobody would, so the plugin does unless a reply went out already.
-    failed (problem, heard) {
-      if (!heard && !reply.sent) sendProblem(problem, request, reply)
-    }
-  })
-  if (verifier.hashBuffered()) {
-    done(verifier.judge() ?? undefined)
-    return
-  }
-  verifier.attach()
-  request[kVerifier] = verifier
-  done()
-}
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
@@ -118,7 +52,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // Fastify's own register options reach the plugin with its options; they are Fastify's to apply.
   const { prefix, logLevel, logSerializers, ...digestOptions } = options as FastifyDigestFieldsOptions & Record<string, unknown>
   const defaults = pluginSettings(digestOptions)
-  // While no route requires a field, a request without one is done with after four header lookups.
+  // While no route requires a field, a request without one is done with after seven header lookups.
   let anyRequired = defaults.required
   // Routes declared before the plugin was registered, each reported once.
   const unseen = new WeakSet<object>()
@@ -168,16 +102,22 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // deliver content, which must already pass through the verifier.
   fastify.addHook('onRequest', (request: DigestRequest, reply, done) => {
     const noFields = hasNoDigestFields(request.headers)
-    if ((noFields && !anyRequired) || request[kVerifier] != null || request.digest !== null) {
+    if (request[kVerifier] != null || request.digest !== null) {
+      done()
+      return
+    }
+    if (noFields && !anyRequired) {
+      watchTrailers(request, reply, settingsOf)
       done()
       return
     }
     const settings = settingsOf(request)
     if (settings === null || (noFields && !settings.required)) {
+      if (settings !== null) watchTrailers(request, reply, settingsOf)
       done()
       return
     }
-    verify(request, reply, settings, done)
+    verifyRequest(request, reply, settings, (verifier) => { request[kVerifier] = verifier }, done)
   })
 
   // After the parser: a parser that took part of the content and handed no stream on (one that

@@ -2,6 +2,7 @@ import { serializeDictionary, type Item } from 'structured-headers'
 import type {
   DigestAlgorithms,
   DigestDisclosure,
+  DigestProblemTypes,
   DigestRouteOptions,
   FastifyDigestFieldsOptions
 } from '../types/index.js'
@@ -18,6 +19,7 @@ export interface Settings {
   readonly strictAlgorithms: boolean
   readonly required: boolean
   readonly disclosure: DigestDisclosure
+  readonly problemTypes: DigestProblemTypes
   /** Problem type URIs are this plus the type name. */
   readonly typeBase: string
 }
@@ -25,7 +27,8 @@ export interface Settings {
 const defaultAlgorithms = ['sha-256', 'sha-512'] as const
 const defaultProblemTypesBase = 'https://iana.org/assignments/http-problem-types'
 const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest', 'none']
-const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure']
+const shapes: readonly DigestProblemTypes[] = ['draft-00', 'registered']
+const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes']
 const pluginKeys = [...routeKeys, 'problemTypesBase']
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
@@ -47,6 +50,10 @@ function checkKeys (where: string, options: object, allowed: readonly string[]):
   for (const key of Object.keys(options)) {
     if (!allowed.includes(key)) fail(where, `unknown option ${show(key)} (expected ${allowed.join(', ')})`)
   }
+}
+
+function checkOneOf (where: string, name: string, allowed: readonly string[], value: string): void {
+  if (!allowed.includes(value)) fail(where, `${name} must be one of ${allowed.join(', ')}, got ${show(value)}`)
 }
 
 function checkBoolean (where: string, name: string, value: unknown): boolean {
@@ -96,15 +103,16 @@ function build (where: string, options: DigestRouteOptions, inherited: Settings 
     algorithms,
     strictAlgorithms = inherited?.strictAlgorithms ?? false,
     required = inherited?.required ?? false,
-    disclosure = inherited?.disclosure ?? 'full'
+    disclosure = inherited?.disclosure ?? 'full',
+    problemTypes = inherited?.problemTypes ?? 'draft-00'
   } = options
-  if (!disclosures.includes(disclosure)) {
-    fail(where, `disclosure must be one of ${disclosures.join(', ')}, got ${show(disclosure)}`)
-  }
+  checkOneOf(where, 'disclosure', disclosures, disclosure)
+  checkOneOf(where, 'problemTypes', shapes, problemTypes)
   const common = {
     strictAlgorithms: checkBoolean(where, 'strictAlgorithms', strictAlgorithms),
     required: checkBoolean(where, 'required', required),
     disclosure,
+    problemTypes,
     typeBase
   }
   if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }

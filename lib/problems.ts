@@ -1,9 +1,15 @@
 import { serializeByteSequence } from 'structured-headers'
-import type { DigestProblemDocument } from '../types/index.js'
+import type { DigestProblemDocument, DraftProblemDocument } from '../types/index.js'
+import {
+  preferenceFieldOf,
+  type DigestFinding,
+  type Finding,
+  type GeneralFinding,
+  type InvalidValue,
+  type MismatchedValue,
+  type UnsupportedAlgorithm
+} from './findings.js'
 import { serializePreferences, type Settings } from './options.js'
-
-/** Header names as they are written in responses and problem texts. */
-export type FieldName = 'Content-Digest' | 'Repr-Digest' | 'Want-Content-Digest' | 'Want-Repr-Digest'
 
 const problemMembers = {
   type: { type: 'string', format: 'uri', description: 'Problem type URI' },
@@ -55,10 +61,56 @@ export const generalProblemSchema = {
   }
 } as const
 
+// The registered shape (draft-ietf-httpapi-digest-fields-problem-types-06, IANA HTTP Problem
+// Types): plural types whose member lists every finding of its kind, each naming its field.
+function listOf (member: string, description: string, entry: Record<string, { type: 'string', description: string }>, required: readonly string[]) {
+  return {
+    type: 'object',
+    required: ['type', 'title'],
+    properties: {
+      ...problemMembers,
+      [member]: {
+        type: 'array',
+        description,
+        items: { type: 'object', required, properties: entry }
+      }
+    }
+  } as const
+}
+
+const algorithmMember = { type: 'string', description: 'The algorithm key, taken from the request' } as const
+const headerMember = { type: 'string', description: 'The field that named it' } as const
+
+export const unsupportedAlgorithmsSchema = {
+  title: 'digest-unsupported-algorithms',
+  description: 'A request names hashing algorithms the server does not support.',
+  ...listOf('unsupported_algorithms', 'Every unsupported key, with the field that named it',
+    { algorithm: algorithmMember, header: headerMember }, ['algorithm', 'header'])
+} as const
+
+export const invalidValuesSchema = {
+  title: 'digest-invalid-values',
+  description: 'Integrity fields hold values their algorithms cannot produce.',
+  ...listOf('invalid_digests', 'Every invalid value, with its field and why it is invalid',
+    { algorithm: algorithmMember, header: headerMember, reason: { type: 'string', description: 'Why the value is invalid, for people' } },
+    ['algorithm', 'header', 'reason'])
+} as const
+
+export const mismatchedValuesSchema = {
+  title: 'digest-mismatched-values',
+  description: 'Digests in integrity fields differ from those the server calculated.',
+  ...listOf('mismatched_digests', 'Every value that differs, with its field',
+    { algorithm: algorithmMember, header: headerMember, provided_digest: { type: 'string', description: 'Digest from the request, as a structured-field byte sequence' } },
+    ['algorithm', 'header', 'provided_digest'])
+} as const
+
 export const digestProblemSchemas = {
   unsupportedAlgorithm: unsupportedAlgorithmSchema,
   invalidValue: invalidValueSchema,
   mismatchingValue: mismatchingValueSchema,
+  unsupportedAlgorithms: unsupportedAlgorithmsSchema,
+  invalidValues: invalidValuesSchema,
+  mismatchedValues: mismatchedValuesSchema,
   general: generalProblemSchema
 } as const
 
@@ -66,7 +118,6 @@ type ProblemSchema = typeof digestProblemSchemas[keyof typeof digestProblemSchem
 
 /** A refused request: the error a hook hands to Fastify, answered by the plugin's error handler. */
 export class DigestProblem extends Error {
-  readonly statusCode = 400
   readonly code = 'FST_DIGEST_FIELDS_PROBLEM'
 
   constructor (
@@ -75,7 +126,8 @@ export class DigestProblem extends Error {
     message: string,
     readonly document: DigestProblemDocument,
     readonly schema: ProblemSchema,
-    readonly headers: Readonly<Record<string, string>> = {}
+    readonly headers: Readonly<Record<string, string>> = {},
+    readonly statusCode = 400
   ) {
     super(message)
     this.name = 'DigestProblem'
@@ -83,72 +135,108 @@ export class DigestProblem extends Error {
 }
 
 // RFC 9457 section 4.2.1: the title of about:blank is the status phrase.
+const statusPhrases: Readonly<Record<number, string>> = { 400: 'Bad Request', 413: 'Content Too Large' }
+
+/** The preference field a route sends, with each of `refused` marked not acceptable (0, RFC 9530 section 4). */
+function advertised (settings: Settings, refused: readonly string[]): string {
+  const preferences = new Map(settings.preferences)
+  for (const key of refused) preferences.set(key, 0)
+  return serializePreferences(preferences)
+}
+
+function general (settings: Settings, finding: GeneralFinding): DigestProblem {
+  const status = finding.status ?? 400
+  const headers: Record<string, string> = {}
+  if (finding.advertise === true) {
+    for (const field of ['want-content-digest', 'want-repr-digest', 'want-unencoded-digest']) headers[field] = settings.wantField
+  }
+  const document = { type: 'about:blank', title: statusPhrases[status] as string, detail: finding.detail }
+  return new DigestProblem('about:blank', finding.detail, document, generalProblemSchema, headers, status)
+}
+
+function unsupportedHeaders (settings: Settings, findings: readonly UnsupportedAlgorithm[]): Record<string, string> {
+  const refused = new Map<string, string[]>()
+  for (const { algorithm, header } of findings) {
+    const field = preferenceFieldOf(header).toLowerCase()
+    refused.set(field, [...(refused.get(field) ?? []), algorithm])
+  }
+  return Object.fromEntries([...refused].map(([field, keys]) => [field, advertised(settings, keys)]))
+}
+
+function describe (findings: readonly DigestFinding[]): string {
+  return findings.map(({ header, algorithm }) => `${header} ${algorithm}`).join(', ')
+}
+
+// problem-types.md: one problem, the first of its kind, with singular members.
+function draft00 (settings: Settings, findings: readonly DigestFinding[]): DigestProblem {
+  const first = findings[0] as DigestFinding
+  const base = settings.typeBase
+  const message = `${describe([first])}`
+  switch (first.kind) {
+    case 'unsupported':
+      return new DigestProblem(base + 'digest-unsupported-algorithm', `Unsupported Hashing Algorithm: ${message}`,
+        { type: base + 'digest-unsupported-algorithm', title: 'Unsupported Hashing Algorithm', 'unsupported-algorithm': first.algorithm },
+        unsupportedAlgorithmSchema, unsupportedHeaders(settings, [first]))
+    case 'invalid':
+      return new DigestProblem(base + 'digest-invalid-value', `Invalid Digest Value: ${message}`,
+        { type: base + 'digest-invalid-value', title: `digest value for ${first.algorithm} ${first.reason}` }, invalidValueSchema)
+    case 'mismatched': {
+      const document: DraftProblemDocument = {
+        type: base + 'digest-mismatching-value',
+        title: 'Mismatching Digest Value',
+        algorithm: first.algorithm,
+        'provided-digest': serializeByteSequence(first.provided)
+      }
+      // The calculated digest lets a client see what the server received, but it is also an
+      // oracle: later revisions of the draft dropped it, so operators may leave it out.
+      if (settings.disclosure === 'full') document['calculated-digest'] = serializeByteSequence(first.calculated)
+      return new DigestProblem(base + 'digest-mismatching-value', `Mismatching Digest Value: ${message}`, document, mismatchingValueSchema)
+    }
+  }
+}
+
+// registered-problem-types.md: every finding of the kind, each with its field; never a calculated
+// digest.
+function registered (settings: Settings, findings: readonly DigestFinding[]): DigestProblem {
+  const base = settings.typeBase
+  const message = describe(findings)
+  switch ((findings[0] as DigestFinding).kind) {
+    case 'unsupported': {
+      const list = findings as readonly UnsupportedAlgorithm[]
+      return new DigestProblem(base + 'digest-unsupported-algorithms', `Unsupported Hashing Algorithms: ${message}`, {
+        type: base + 'digest-unsupported-algorithms',
+        title: 'Unsupported Hashing Algorithms',
+        unsupported_algorithms: list.map(({ algorithm, header }) => ({ algorithm, header }))
+      }, unsupportedAlgorithmsSchema, unsupportedHeaders(settings, list))
+    }
+    case 'invalid':
+      return new DigestProblem(base + 'digest-invalid-values', `Invalid Digest Values: ${message}`, {
+        type: base + 'digest-invalid-values',
+        title: 'Invalid Digest Values',
+        invalid_digests: (findings as readonly InvalidValue[]).map(({ algorithm, header, reason }) => ({ algorithm, header, reason: `digest value ${reason}` }))
+      }, invalidValuesSchema)
+    case 'mismatched':
+      return new DigestProblem(base + 'digest-mismatched-values', `Mismatched Digest Values: ${message}`, {
+        type: base + 'digest-mismatched-values',
+        title: 'Mismatched Digest Values',
+        mismatched_digests: (findings as readonly MismatchedValue[]).map(({ algorithm, header, provided }) => ({ algorithm, provided_digest: serializeByteSequence(provided), header }))
+      }, mismatchedValuesSchema)
+  }
+}
+
 const undisclosed: DigestProblemDocument = Object.freeze({ type: 'about:blank', title: 'Bad Request' })
 
-function problem (
-  settings: Settings,
-  document: DigestProblemDocument,
-  schema: ProblemSchema,
-  headers?: Record<string, string>
-): DigestProblem {
-  const message = document.detail ?? document.title
-  // Problem-types section 7: a server may prefer a general problem over a specific one, since
-  // detail reveals intermediaries and fingerprints the implementation. The log keeps the reason.
-  if (settings.disclosure === 'none') return new DigestProblem(document.type, message, undisclosed, generalProblemSchema)
-  return new DigestProblem(document.type, message, document, schema, headers)
-}
-
-function general (settings: Settings, detail: string, headers?: Record<string, string>): DigestProblem {
-  return problem(settings, { ...undisclosed, detail }, generalProblemSchema, headers)
-}
-
-/** A field that is not a structured-field dictionary: never digest-invalid-value (problem-types section 4.2). */
-export function malformedField (settings: Settings, field: FieldName, reason: string): DigestProblem {
-  return general(settings, `${field} is not a valid structured-field dictionary: ${reason}`)
-}
-
-export function malformedPreference (settings: Settings, field: FieldName, key: string): DigestProblem {
-  // RFC 9530 section 4: a preference is an Integer from 0 to 10.
-  return general(settings, `${field} gives ${key} a preference that is not an integer from 0 to 10`)
-}
-
-export function missingIntegrityField (settings: Settings): DigestProblem {
-  return general(
-    settings,
-    `this resource requires a Content-Digest or Repr-Digest field with one of: ${[...settings.algorithms.keys()].join(', ')}`,
-    { 'want-content-digest': settings.wantField, 'want-repr-digest': settings.wantField }
-  )
-}
-
-export function unverifiableContent (settings: Settings): DigestProblem {
-  return general(settings, 'the integrity fields of this request cannot be verified: its content was read before the plugin could hash it')
-}
-
-export function unsupportedAlgorithm (settings: Settings, field: FieldName, key: string): DigestProblem {
-  // RFC 9530 section 4: a preference of 0 marks the key as not acceptable, which is what the client needs to hear.
-  const preferences = serializePreferences(new Map([...settings.preferences, [key, 0]]))
-  const want = field === 'Repr-Digest' || field === 'Want-Repr-Digest' ? 'want-repr-digest' : 'want-content-digest'
-  return problem(
-    settings,
-    { type: settings.typeBase + 'digest-unsupported-algorithm', title: 'Unsupported Hashing Algorithm', 'unsupported-algorithm': key },
-    unsupportedAlgorithmSchema,
-    { [want]: preferences }
-  )
-}
-
-export function invalidValue (settings: Settings, reason: string): DigestProblem {
-  return problem(settings, { type: settings.typeBase + 'digest-invalid-value', title: reason }, invalidValueSchema)
-}
-
-export function mismatchingValue (settings: Settings, algorithm: string, provided: Buffer, calculated: Buffer): DigestProblem {
-  const document: DigestProblemDocument = {
-    type: settings.typeBase + 'digest-mismatching-value',
-    title: 'Mismatching Digest Value',
-    algorithm,
-    'provided-digest': serializeByteSequence(provided)
-  }
-  // The calculated digest lets a client see what the server received, but it is also an oracle:
-  // later revisions of the draft dropped it, so operators may leave it out.
-  if (settings.disclosure === 'full') document['calculated-digest'] = serializeByteSequence(calculated)
-  return problem(settings, document, mismatchingValueSchema)
+/**
+ * The problem that answers `findings`, which are all of one kind (or one general finding), in the
+ * shape the route sends. Disclosure applies here and only here: problem-types section 7 lets a
+ * server prefer a general problem, since detail reveals intermediaries and fingerprints the
+ * implementation. The log keeps what was found.
+ */
+export function problemFor (settings: Settings, findings: readonly Finding[]): DigestProblem {
+  const first = findings[0] as Finding
+  const problem = first.kind === 'general'
+    ? general(settings, first)
+    : settings.problemTypes === 'registered' ? registered(settings, findings as readonly DigestFinding[]) : draft00(settings, findings as readonly DigestFinding[])
+  if (settings.disclosure !== 'none' || problem.statusCode !== 400) return problem
+  return new DigestProblem(problem.type, problem.message, undisclosed, generalProblemSchema)
 }

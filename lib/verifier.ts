@@ -1,44 +1,65 @@
 import { timingSafeEqual, type Hash } from 'node:crypto'
+import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
 import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from '../types/index.js'
 import type { Algorithm } from './algorithms.js'
-import type { Expectation } from './fields.js'
+import { integrityFields, judgeFields, type Expectation } from './fields.js'
+import type { Finding, MismatchedValue } from './findings.js'
 import type { Settings } from './options.js'
-import { mismatchingValue, type DigestProblem } from './problems.js'
+import { problemFor, type DigestProblem } from './problems.js'
+import type { UnencodedHasher } from './unencoded.js'
+
+/** The digests calculated over the content: of the bytes received, and of the decoded content. */
+export interface Digests {
+  readonly algorithms: readonly Algorithm[]
+  readonly received: readonly Buffer[]
+  /** null when Unencoded-Digest is checked against the bytes received (no content coding). */
+  readonly unencoded: readonly Buffer[] | null
+}
 
 /**
  * Checks every expected value against the digest calculated for its algorithm and returns what was
- * verified; throws the mismatching-value problem of the first value that differs.
+ * verified, or every finding: a mismatch, or a value whose algorithm was not hashed (a trailer field
+ * that named one nothing announced).
  */
-export function compareDigests (
-  settings: Settings,
-  expectations: readonly Expectation[],
-  algorithms: readonly Algorithm[],
-  digests: readonly Buffer[]
-): VerifiedDigest {
+export function compareDigests (expectations: readonly Expectation[], digests: Digests): VerifiedDigest | Finding[] {
   const fields: DigestFieldName[] = []
   const values: Partial<Record<DigestAlgorithm, Buffer>> = {}
-  for (const { field, algorithm, value } of expectations) {
-    const digest = digests[algorithms.indexOf(algorithm)] as Buffer
-    // Equal lengths are guaranteed by inspectFields; timingSafeEqual reads every byte, so the time
+  const unencoded: Partial<Record<DigestAlgorithm, Buffer>> = {}
+  const mismatched: MismatchedValue[] = []
+  for (const { field, header, algorithm, value } of expectations) {
+    const decoded = field === 'unencoded-digest' && digests.unencoded !== null
+    const digest = (decoded ? digests.unencoded as readonly Buffer[] : digests.received)[digests.algorithms.indexOf(algorithm)]
+    if (digest === undefined) {
+      return [{ kind: 'general', detail: `${header} in the trailer section names ${algorithm.key}, which the content was not hashed with: announce the field in Trailer` }]
+    }
+    // Equal lengths are guaranteed by judgeFields; timingSafeEqual reads every byte, so the time
     // taken tells nothing about how much of a guessed digest was right.
-    if (!timingSafeEqual(digest, value)) throw mismatchingValue(settings, algorithm.key, value, digest)
+    if (!timingSafeEqual(digest, value)) {
+      mismatched.push({ kind: 'mismatched', algorithm: algorithm.key, header, provided: value, calculated: digest })
+      continue
+    }
     if (!fields.includes(field)) fields.push(field)
-    values[algorithm.key] = digest
+    ;(field === 'unencoded-digest' ? unencoded : values)[algorithm.key] = digest
   }
-  return { fields, values }
+  return mismatched.length > 0 ? mismatched : { fields, values, unencoded }
 }
 
 /** What the verifier needs to know about a request, and what it tells the plugin. */
-export interface Verdicts {
+export interface Verification {
   readonly settings: Settings
+  /** The values of the header section's integrity fields. */
   readonly expectations: readonly Expectation[]
-  /** The distinct algorithms of `expectations`, each hashed once. */
+  /** The algorithms the bytes received are hashed with, each once. */
   readonly algorithms: readonly Algorithm[]
+  /** Hashes the decoded content, when Unencoded-Digest is checked and a content coding applies. */
+  readonly unencoded: UnencodedHasher | null
+  /** Whether Content-Range makes the request partial (its Repr-Digest is not compared). */
+  readonly partial: boolean
   /** Receives what was verified, just before the content ends for its readers. */
   verified (digest: VerifiedDigest): void
   /**
-   * Told of a mismatch once the content's readers have been given the problem in place of the end;
+   * Told of a failure once the content's readers have been given the problem in place of the end;
    * `heard` says whether any of them listens for 'error' and so can answer it.
    */
   failed (problem: DigestProblem, heard: boolean): void
@@ -47,9 +68,11 @@ export interface Verdicts {
 const kVerifier = Symbol('fastify-digest-fields.source-verifier')
 
 // The request stream as Node's HTTP/1 parser, its HTTP/2 compatibility layer and light-my-request
-// feed it: each calls the stream's own push() for every chunk and push(null) at the end.
+// feed it: each calls the stream's own push() for every chunk and push(null) at the end, after
+// setting the trailer section, if any.
 type Source = Readable & {
   [kVerifier]?: SourceVerifier | undefined
+  trailers?: IncomingHttpHeaders
   _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean }
 }
 
@@ -73,12 +96,26 @@ function destroyQuietly (this: Readable, error: Error | null, callback: (error?:
   callback(this.listenerCount('error') > 0 ? error : null)
 }
 
+/** Gives readers the problem in place of the end; returns whether any of them listens for it. */
+export function failSource (source: Readable, problem: DigestProblem): boolean {
+  const heard = source.listenerCount('error') > 0
+  source._destroy = destroyQuietly
+  Readable.prototype.destroy.call(source, problem)
+  return heard
+}
+
+/** Whether a trailer section carries an integrity field. */
+export function hasIntegrityTrailer (trailers: IncomingHttpHeaders | undefined): boolean {
+  return trailers !== undefined && integrityFields.some((field) => trailers[field] !== undefined)
+}
+
 /**
  * Verifies the content at its source: every chunk the connection delivers to the request stream
  * (request.raw) is hashed before any reader can see it, and the end of the stream is let through
- * only once the digests match. On a mismatch the stream is destroyed with the problem instead, so
- * every way of reading the content (Fastify's parsers, a parser that hands the payload on,
- * request.raw, @fastify/multipart) sees an error in place of the end.
+ * only once the digests match, those of the header section and any of the trailer section. On a
+ * failure the stream is destroyed with the problem instead, so every way of reading the content
+ * (Fastify's parsers, a parser that hands the payload on, request.raw, @fastify/multipart) sees an
+ * error in place of the end.
  *
  * The last kilobyte received is held back until more arrives or the content ends: a reader that
  * knows where the content ends from its own framing (a multipart boundary, a JSON value, a length)
@@ -88,7 +125,7 @@ export class SourceVerifier {
   settled = false
   readonly #source: Source
   readonly #push: (chunk: Buffer | null) => boolean
-  readonly #verdicts: Verdicts
+  readonly #verification: Verification
   // While null, the held chunk (if any) is the first and is not hashed yet: content that arrives in
   // one chunk is hashed in one call at its end, without setting up a Hash. Every other chunk is
   // hashed as it arrives, before any reader can see it.
@@ -97,16 +134,16 @@ export class SourceVerifier {
   #heldLength = 0
   #whenSettled: ((problem?: DigestProblem) => void) | null = null
 
-  constructor (source: Readable, verdicts: Verdicts) {
+  constructor (source: Readable, verification: Verification) {
     this.#source = source as Source
     this.#push = source.push
-    this.#verdicts = verdicts
+    this.#verification = verification
   }
 
   /**
    * Hashes what the stream buffered before the plugin's hook ran (an asynchronous hook before it
    * lets the connection deliver content unread). Returns true when that was the whole content,
-   * which judge() then decides at once; otherwise attach() takes over the rest.
+   * which judge() then decides; otherwise attach() takes over the rest.
    */
   hashBuffered (): boolean {
     const state = this.#source._readableState
@@ -131,7 +168,12 @@ export class SourceVerifier {
   }
 
   receive (chunk: Buffer | string | null): boolean {
-    if (chunk === null) return this.#conclude()
+    if (chunk === null) {
+      this.#source.push = this.#push
+      this.#source[kVerifier] = undefined
+      this.judge((problem) => this.#conclude(problem))
+      return false
+    }
     // light-my-request pushes a string payload as it was given.
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
     const held = this.#held
@@ -156,55 +198,72 @@ export class SourceVerifier {
   }
 
   #update (chunk: Buffer): void {
-    this.#hashes ??= this.#verdicts.algorithms.map((algorithm) => algorithm.createHash())
+    this.#hashes ??= this.#verification.algorithms.map((algorithm) => algorithm.createHash())
     for (const hash of this.#hashes) hash.update(chunk)
+    this.#verification.unencoded?.write(chunk)
   }
 
-  #digests (): Buffer[] {
-    const { algorithms } = this.#verdicts
+  #received (): Buffer[] {
+    const { algorithms, unencoded } = this.#verification
     if (this.#hashes !== null) return this.#hashes.map((hash) => hash.digest())
     const only = this.#held[0]
+    // The one chunk goes to the decoder now, at the end, like every other chunk before it is seen.
+    if (only !== undefined) unencoded?.write(only)
     return algorithms.map((algorithm) => only === undefined ? algorithm.emptyDigest : algorithm.digest(only))
   }
 
   /**
-   * Settles the verification: tells the plugin what was verified and returns null, or returns the
-   * mismatching-value problem. Called directly for content that was complete before any reader
-   * started, and at the end of the content otherwise.
+   * Settles the verification once the content is complete: the trailer section's integrity fields
+   * are judged, the digests compared, and `callback` gets the problem, or nothing once the plugin
+   * was told what was verified. Synchronous unless a content coding has to be removed.
    */
-  judge (): DigestProblem | null {
-    const verdicts = this.#verdicts
-    const digests = this.#digests()
+  judge (callback: (problem: DigestProblem | null) => void): void {
+    const verification = this.#verification
+    const received = this.#received()
     this.settled = true
     this.#hashes = null
-    try {
-      verdicts.verified(compareDigests(verdicts.settings, verdicts.expectations, verdicts.algorithms, digests))
-      return null
-    } catch (problem) {
-      return problem as DigestProblem
+    const decide = (unencoded: Buffer[] | Finding | null): void => {
+      const verdict = this.#verdict(received, unencoded)
+      if (Array.isArray(verdict)) {
+        callback(problemFor(verification.settings, verdict))
+        return
+      }
+      verification.verified(verdict)
+      callback(null)
     }
+    if (verification.unencoded === null) decide(null)
+    else verification.unencoded.end(decide)
   }
 
-  #conclude (): boolean {
+  #verdict (received: Buffer[], unencoded: Buffer[] | Finding | null): VerifiedDigest | Finding[] {
+    const { settings, expectations, algorithms, partial } = this.#verification
+    let all = expectations
+    const trailers = this.#source.trailers
+    if (hasIntegrityTrailer(trailers)) {
+      // RFC 9530 sections 2 and 3: the trailer section's fields are judged like the header
+      // section's, with the same problem types.
+      const judgement = judgeFields(trailers as IncomingHttpHeaders, settings, partial)
+      if (judgement.findings.length > 0) return [...judgement.findings]
+      all = [...expectations, ...judgement.expectations]
+    }
+    if (unencoded !== null && !Array.isArray(unencoded)) return [unencoded]
+    return compareDigests(all, { algorithms, received, unencoded })
+  }
+
+  #conclude (problem: DigestProblem | null): void {
     const source = this.#source
     const held = this.#held
-    const problem = this.judge()
     const whenSettled = this.#whenSettled
     this.#held = []
     this.#whenSettled = null
-    source.push = this.#push
-    source[kVerifier] = undefined
     if (problem !== null) {
-      const heard = source.listenerCount('error') > 0
-      source._destroy = destroyQuietly
-      Readable.prototype.destroy.call(source, problem)
+      const heard = failSource(source, problem)
       if (whenSettled !== null) whenSettled(problem)
-      else this.#verdicts.failed(problem, heard)
-      return false
+      else this.#verification.failed(problem, heard)
+      return
     }
     for (const chunk of held) this.#push.call(source, chunk)
-    const more = this.#push.call(source, null)
+    this.#push.call(source, null)
     whenSettled?.()
-    return more
   }
 }

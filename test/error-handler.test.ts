@@ -99,6 +99,6 @@ t.test('logs each problem once, at info level, with its type', async (t) => {
   t.equal(problems[0]?.level, 30)
   // The log keeps what the response withholds.
   t.equal(problems[0]?.problemType, problemTypes + 'digest-mismatching-value')
-  t.equal(problems[0]?.msg, 'Mismatching Digest Value')
+  t.equal(problems[0]?.msg, 'Mismatching Digest Value: Content-Digest sha-256', 'the field and the algorithm, never a digest value')
   t.notOk(lines.some((line) => (line.level as number) >= 40), 'nothing else logged a warning or an error')
 })

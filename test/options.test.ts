@@ -117,10 +117,11 @@ t.test('required: a request with content and no verifiable integrity field gets 
   t.same(missing.json(), {
     type: 'about:blank',
     title: 'Bad Request',
-    detail: 'this resource requires a Content-Digest or Repr-Digest field with one of: sha-256, sha-512'
+    detail: 'this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: sha-256, sha-512'
   })
   t.equal(missing.headers['want-content-digest'], 'sha-256=10, sha-512=9')
   t.equal(missing.headers['want-repr-digest'], 'sha-256=10, sha-512=9')
+  t.equal(missing.headers['want-unencoded-digest'], 'sha-256=10, sha-512=9')
 
   const onlyWant = await app.inject({ method: 'POST', url: '/', payload: hello, headers: { ...json, 'want-content-digest': 'sha-256=1' } })
   t.equal(onlyWant.statusCode, 400)

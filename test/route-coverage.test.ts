@@ -75,7 +75,7 @@ t.test('registering again in a child scope sets that scope\'s defaults', async (
   t.equal((await send('/outer', { 'content-digest': helloSha256 })).statusCode, 200)
   t.equal((await send('/outer', {})).statusCode, 200)
   t.equal((await send('/inner', { 'content-digest': helloSha256 })).json().type, problemTypes + 'digest-unsupported-algorithm')
-  t.equal((await send('/inner', {})).json().detail, 'this resource requires a Content-Digest or Repr-Digest field with one of: sha-512')
+  t.equal((await send('/inner', {})).json().detail, 'this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: sha-512')
   const inner = await send('/inner', { 'content-digest': member('sha-512', hello) })
   t.equal(inner.statusCode, 200)
   const mismatch = await send('/inner', { 'content-digest': member('sha-512', 'x') })

@@ -19,6 +19,16 @@ export type DigestAlgorithms = readonly DigestAlgorithm[] | Readonly<Partial<Rec
  */
 export type DigestDisclosure = 'full' | 'no-calculated-digest' | 'none'
 
+/**
+ * The shape of problem documents.
+ * - `draft-00`: the three singular types of the specification (`digest-unsupported-algorithm`,
+ *   `digest-invalid-value`, `digest-mismatching-value`), reporting the first problem found.
+ * - `registered`: the three plural types registered with IANA (`digest-unsupported-algorithms`,
+ *   `digest-invalid-values`, `digest-mismatched-values`), listing every problem of the kind found,
+ *   each with the field that carried it, and never a calculated digest.
+ */
+export type DigestProblemTypes = 'draft-00' | 'registered'
+
 /** Settings a route can override under `config.digest`. */
 export interface DigestRouteOptions {
   /** Default `['sha-256', 'sha-512']`. */
@@ -29,6 +39,8 @@ export interface DigestRouteOptions {
   required?: boolean
   /** Default `'full'`. */
   disclosure?: DigestDisclosure
+  /** Default `'draft-00'`. */
+  problemTypes?: DigestProblemTypes
 }
 
 export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
@@ -37,18 +49,23 @@ export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
 }
 
 /** The integrity field names, as Node spells request header names. */
-export type DigestFieldName = 'content-digest' | 'repr-digest'
+export type DigestFieldName = 'content-digest' | 'repr-digest' | 'unencoded-digest'
 
 /** What the plugin verified about the request content, on `request.digest`. */
 export interface VerifiedDigest {
-  /** The integrity fields whose values were checked against the received bytes. */
+  /** The integrity fields whose values were checked, from the header or the trailer section. */
   readonly fields: readonly DigestFieldName[]
-  /** The digest of the received bytes for every algorithm checked (equal to the values the client sent). */
+  /**
+   * The digest of the bytes received (`Content-Digest`, `Repr-Digest`) for every algorithm
+   * checked, equal to the values the client sent.
+   */
   readonly values: Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
+  /** The digest of the content with every content coding removed, when `Unencoded-Digest` was checked. */
+  readonly unencoded: Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 }
 
-/** An RFC 9457 problem details document as this plugin sends it. */
-export type DigestProblemDocument = {
+/** A problem document of the default shape (`problemTypes: 'draft-00'`), or `about:blank`. */
+export type DraftProblemDocument = {
   type: string
   title: string
   detail?: string
@@ -57,6 +74,19 @@ export type DigestProblemDocument = {
   'provided-digest'?: string
   'calculated-digest'?: string
 }
+
+/** A problem document of the registered shape (`problemTypes: 'registered'`), or `about:blank`. */
+export type RegisteredProblemDocument = {
+  type: string
+  title: string
+  detail?: string
+  unsupported_algorithms?: Array<{ algorithm: string, header: string }>
+  invalid_digests?: Array<{ algorithm: string, header: string, reason: string }>
+  mismatched_digests?: Array<{ algorithm: string, provided_digest: string, header: string }>
+}
+
+/** An RFC 9457 problem details document as this plugin sends it. */
+export type DigestProblemDocument = DraftProblemDocument | RegisteredProblemDocument
 
 declare module 'fastify' {
   interface FastifyContextConfig {

@@ -1,0 +1,134 @@
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { Readable } from 'node:stream'
+import type { Algorithm } from './algorithms.js'
+import { sendProblem } from './answer.js'
+import { announcedFields, judgeFields, type Expectation } from './fields.js'
+import type { Finding } from './findings.js'
+import { declaredLength, isPartial } from './framing.js'
+import type { Settings } from './options.js'
+import { problemFor, type DigestProblem } from './problems.js'
+import { contentCodings, UnencodedHasher } from './unencoded.js'
+import { compareDigests, failSource, hasIntegrityTrailer, SourceVerifier } from './verifier.js'
+
+type HookDone = (error?: Error) => void
+
+function distinct (algorithms: Iterable<Algorithm>): Algorithm[] {
+  return [...new Set(algorithms)]
+}
+
+function missingField (settings: Settings): Finding {
+  return {
+    kind: 'general',
+    detail: `this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: ${[...settings.algorithms.keys()].join(', ')}`,
+    advertise: true
+  }
+}
+
+/**
+ * Judges the digest fields of a request, then checks an empty content at once, or verifies the
+ * content at its source, request.raw, whoever reads it. `attached` is given the verifier before
+ * `done` lets the next hook run.
+ */
+export function verifyRequest (request: FastifyRequest, reply: FastifyReply, settings: Settings, attached: (verifier: SourceVerifier) => void, done: HookDone): void {
+  const headers = request.headers
+  const partial = isPartial(headers['content-range'])
+  const refuse = (findings: readonly Finding[]): void => { done(problemFor(settings, findings)) }
+  const { findings, expectations } = judgeFields(headers, settings, partial)
+  if (findings.length > 0) return refuse(findings)
+  const announced = announcedFields(headers)
+  const length = declaredLength(request)
+  if (expectations.length === 0 && announced.length === 0) {
+    if (settings.required && length !== 0) return refuse([missingField(settings)])
+    done()
+    return
+  }
+  if (length === 0) {
+    // The digest of empty content is well defined, and checking it here needs no stream at all:
+    // Fastify skips body parsing for an empty request, so nothing would ever read one.
+    const algorithms = distinct(expectations.map(({ algorithm }) => algorithm))
+    const verdict = compareDigests(expectations, { algorithms, received: algorithms.map(({ emptyDigest }) => emptyDigest), unencoded: null })
+    if (Array.isArray(verdict)) return refuse(verdict)
+    request.digest = verdict
+    done()
+    return
+  }
+  // Unencoded-Digest covers the content with every content coding removed: decoded on the side when
+  // a coding applies, and the bytes received otherwise.
+  const unencodedAsked = announced.includes('unencoded-digest') || expectations.some(({ field }) => field === 'unencoded-digest')
+  const codings = unencodedAsked ? contentCodings(headers['content-encoding']) : []
+  if (!Array.isArray(codings)) return refuse([codings])
+  const decoded = codings.length > 0
+  // A field announced for the trailer section names its algorithms only at the end, so the content
+  // is hashed with every algorithm the route supports.
+  const supported = announced.length > 0 ? [...settings.algorithms.values()] : []
+  const onReceived = (expectation: Expectation): boolean => !decoded || expectation.field !== 'unencoded-digest'
+  const algorithms = distinct([...expectations.filter(onReceived).map(({ algorithm }) => algorithm), ...supported])
+  const unencoded = decoded
+    ? new UnencodedHasher(codings, distinct([...expectations.filter((e) => !onReceived(e)).map(({ algorithm }) => algorithm), ...supported]), request.routeOptions.bodyLimit)
+    : null
+  const source = request.raw
+  // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
+  if (source.readableDidRead) {
+    return refuse([{ kind: 'general', detail: 'the integrity fields of this request cannot be verified: its content was read before the plugin could hash it' }])
+  }
+  const verifier = new SourceVerifier(source, {
+    settings,
+    expectations,
+    algorithms,
+    unencoded,
+    partial,
+    verified (digest) { request.digest = digest },
+    // A reader that listens for 'error' answers the problem (Fastify's parsers send it to the
+    // error handler); with none, nobody would, so the plugin does unless a reply went out already.
+    failed (problem, heard) {
+      if (!heard && !reply.sent) sendProblem(problem, request, reply)
+    }
+  })
+  if (verifier.hashBuffered()) {
+    verifier.judge((problem) => done(problem ?? undefined))
+    return
+  }
+  verifier.attach()
+  attached(verifier)
+  done()
+}
+
+const kWatched = Symbol('fastify-digest-fields.watched')
+
+interface Watched {
+  readonly request: FastifyRequest
+  readonly reply: FastifyReply
+  readonly settingsOf: (request: FastifyRequest) => Settings | null
+}
+
+type WatchedSource = Readable & { [kWatched]?: Watched | undefined, trailers?: Record<string, string | undefined> }
+
+// Only the end is looked at: chunks pass straight on.
+function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boolean {
+  if (chunk !== null) return Object.getPrototypeOf(this).push.call(this, chunk)
+  const watched = this[kWatched] as Watched
+  Reflect.deleteProperty(this, 'push')
+  this[kWatched] = undefined
+  const settings = hasIntegrityTrailer(this.trailers) ? watched.settingsOf(watched.request) : null
+  if (settings === null) return this.push(null)
+  const problem: DigestProblem = problemFor(settings, [{
+    kind: 'general',
+    detail: 'the integrity fields in the trailer section of this request cannot be verified: announce them in a Trailer field, so that the content is hashed as it arrives'
+  }])
+  if (!failSource(this, problem) && !watched.reply.sent) sendProblem(problem, watched.request, watched.reply)
+  return false
+}
+
+/**
+ * A request without digest fields in its header section can still carry some in its trailer
+ * section (RFC 9530 sections 2 and 3): content that can have one (chunked HTTP/1.1, HTTP/2) is
+ * watched for its end, at no cost per chunk beyond a call, and refused there when the trailer
+ * section has an integrity field that nothing announced, since the content was not hashed.
+ */
+export function watchTrailers (request: FastifyRequest, reply: FastifyReply, settingsOf: Watched['settingsOf']): void {
+  const canHaveTrailers = request.raw.httpVersionMajor === 2 ? declaredLength(request) !== 0 : request.headers['transfer-encoding'] !== undefined
+  if (!canHaveTrailers) return
+  const source = request.raw as WatchedSource
+  source[kWatched] = { request, reply, settingsOf }
+  source.push = pushWatchingTrailers
+}
