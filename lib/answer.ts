@@ -1,14 +1,21 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { DigestProblem } from './problems.js'
 
-/** Sends a problem as RFC 9457 says, and logs what was found, also when the response discloses nothing. */
-export function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): void {
+/**
+ * Makes the reply the problem, as RFC 9457 says, and returns its payload; logs what was found,
+ * also when the response discloses nothing.
+ */
+export function answerWith (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): Buffer {
   request.log.info({ problemType: problem.type }, problem.message)
   reply
     .code(problem.statusCode)
     .headers(problem.headers)
     .type('application/problem+json')
-    // As a Buffer, so Fastify sends the media type as registered: JSON defines no charset parameter
-    // (RFC 8259 section 11).
-    .send(Buffer.from(reply.serializeInput(problem.document, problem.schema)))
+  // As a Buffer, so Fastify sends the media type as registered: JSON defines no charset parameter
+  // (RFC 8259 section 11).
+  return Buffer.from(reply.serializeInput(problem.document, problem.schema))
+}
+
+export function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): void {
+  reply.send(answerWith(problem, request, reply))
 }

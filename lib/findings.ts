@@ -56,3 +56,12 @@ export function preferenceFieldOf (header: FieldName): PreferenceFieldName {
   if (header.endsWith('Repr-Digest')) return 'Want-Repr-Digest'
   return 'Want-Unencoded-Digest'
 }
+
+/** A route with `required` got content with no integrity field it could check. */
+export function missingField (supported: Iterable<string>): GeneralFinding {
+  return {
+    kind: 'general',
+    detail: `this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: ${[...supported].join(', ')}`,
+    advertise: true
+  }
+}

@@ -12,10 +12,12 @@ export function declaredLength (request: FastifyRequest): number {
   // rejects other values on a real connection; inject() passes any string, which is then unknown.
   if (length !== undefined) return /^\d+$/.test(length) ? Number(length) : NaN
   if (request.headers['transfer-encoding'] !== undefined) return NaN
+  // inject() (light-my-request) delivers its payload, a stream among them, whatever the fields say.
+  const { stream, _lightMyRequest: injected } = request.raw as { stream?: Http2Stream, _lightMyRequest?: { payload: unknown } }
+  if (injected !== undefined) return injected.payload === null ? 0 : NaN
   // Without either an HTTP/1 request has no content (RFC 9112 section 6.3); HTTP/2 frames content
   // in DATA frames, and a request has none when its HEADERS frame ended the stream (RFC 9113
   // section 8.1).
-  const { stream } = request.raw as { stream?: Http2Stream }
   return stream === undefined || stream.endAfterHeaders ? 0 : NaN
 }
 

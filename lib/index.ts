@@ -10,7 +10,7 @@ import type {
 import fp from 'fastify-plugin'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from '../types/index.js'
-import { sendProblem } from './answer.js'
+import { answerWith, sendProblem } from './answer.js'
 import { hasNoDigestFields } from './fields.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem } from './problems.js'
@@ -130,7 +130,28 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       done()
       return
     }
-    verifier.finish(done)
+    verifier.whenSettled(done, true)
+  })
+
+  // Before a reply leaves: a reader can end on its own framing before the content ends (a multipart
+  // part followed by an epilogue, a compressed stream followed by more bytes) and the handler reply
+  // on it. A success reply then waits for the verdict, and a failure turns it into the problem, so
+  // that no client is told that content whose digest failed was taken.
+  fastify.addHook('onSend', (request: DigestRequest, reply, payload, done) => {
+    const verifier = request[kVerifier]
+    // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
+    if (verifier == null || verifier.settled || reply.statusCode >= 400) {
+      done(null, payload)
+      return
+    }
+    verifier.whenSettled((problem) => {
+      if (problem === undefined) {
+        done(null, payload)
+        return
+      }
+      reply.removeHeader('content-length')
+      done(null, answerWith(problem, request, reply))
+    }, false)
   })
 }
 

@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream'
 import type { Algorithm } from './algorithms.js'
 import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
-import type { Finding } from './findings.js'
+import { missingField, type Finding } from './findings.js'
 import { declaredLength, isPartial } from './framing.js'
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
@@ -14,14 +14,6 @@ type HookDone = (error?: Error) => void
 
 function distinct (algorithms: Iterable<Algorithm>): Algorithm[] {
   return [...new Set(algorithms)]
-}
-
-function missingField (settings: Settings): Finding {
-  return {
-    kind: 'general',
-    detail: `this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: ${[...settings.algorithms.keys()].join(', ')}`,
-    advertise: true
-  }
 }
 
 /**
@@ -38,15 +30,15 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
   const announced = announcedFields(headers)
   const length = declaredLength(request)
   if (expectations.length === 0 && announced.length === 0) {
-    if (settings.required && length !== 0) return refuse([missingField(settings)])
+    if (settings.required && length !== 0) return refuse([missingField(settings.algorithms.keys())])
     done()
     return
   }
   if (length === 0) {
     // The digest of empty content is well defined, and checking it here needs no stream at all:
     // Fastify skips body parsing for an empty request, so nothing would ever read one.
-    const algorithms = distinct(expectations.map(({ algorithm }) => algorithm))
-    const verdict = compareDigests(expectations, { algorithms, received: algorithms.map(({ emptyDigest }) => emptyDigest), unencoded: null })
+    const received = new Map(expectations.map(({ algorithm }) => [algorithm, algorithm.emptyDigest]))
+    const verdict = compareDigests(expectations, { received, unencoded: null })
     if (Array.isArray(verdict)) return refuse(verdict)
     request.digest = verdict
     done()

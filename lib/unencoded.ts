@@ -37,6 +37,7 @@ export class UnencodedHasher {
   readonly #chain: readonly Transform[]
   readonly #first: Transform
   readonly #last: Transform
+  readonly #algorithms: readonly Algorithm[]
   readonly #hashes: Hash[]
   readonly #limit: number
   #decoded = 0
@@ -48,6 +49,7 @@ export class UnencodedHasher {
     this.#chain = chain
     this.#first = chain[0] as Transform
     this.#last = chain[chain.length - 1] as Transform
+    this.#algorithms = algorithms
     this.#hashes = algorithms.map((algorithm) => algorithm.createHash())
     this.#limit = limit
     for (const decoder of chain) decoder.on('error', (error: Error) => this.#fail(`the content does not decode: ${error.message}`))
@@ -66,12 +68,12 @@ export class UnencodedHasher {
   }
 
   /** Ends the decoding, then gives the digests of the decoded content, or why there are none. */
-  end (callback: (result: Buffer[] | GeneralFinding) => void): void {
+  end (callback: (result: Map<Algorithm, Buffer> | GeneralFinding) => void): void {
     if (this.#finding !== null) {
       callback(this.#finding)
       return
     }
-    this.#last.once('end', () => callback(this.#finding ?? this.#hashes.map((hash) => hash.digest())))
+    this.#last.once('end', () => callback(this.#finding ?? new Map(this.#algorithms.map((algorithm, i) => [algorithm, (this.#hashes[i] as Hash).digest()]))))
     this.#last.once('close', () => { if (this.#finding !== null) callback(this.#finding) })
     this.#first.end()
   }

@@ -4,17 +4,16 @@ import { Readable } from 'node:stream'
 import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from '../types/index.js'
 import type { Algorithm } from './algorithms.js'
 import { integrityFields, judgeFields, type Expectation } from './fields.js'
-import type { Finding, MismatchedValue } from './findings.js'
+import { missingField, type Finding, type MismatchedValue } from './findings.js'
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import type { UnencodedHasher } from './unencoded.js'
 
 /** The digests calculated over the content: of the bytes received, and of the decoded content. */
 export interface Digests {
-  readonly algorithms: readonly Algorithm[]
-  readonly received: readonly Buffer[]
+  readonly received: ReadonlyMap<Algorithm, Buffer>
   /** null when Unencoded-Digest is checked against the bytes received (no content coding). */
-  readonly unencoded: readonly Buffer[] | null
+  readonly unencoded: ReadonlyMap<Algorithm, Buffer> | null
 }
 
 /**
@@ -29,7 +28,7 @@ export function compareDigests (expectations: readonly Expectation[], digests: D
   const mismatched: MismatchedValue[] = []
   for (const { field, header, algorithm, value } of expectations) {
     const decoded = field === 'unencoded-digest' && digests.unencoded !== null
-    const digest = (decoded ? digests.unencoded as readonly Buffer[] : digests.received)[digests.algorithms.indexOf(algorithm)]
+    const digest = (decoded ? digests.unencoded as ReadonlyMap<Algorithm, Buffer> : digests.received).get(algorithm)
     if (digest === undefined) {
       return [{ kind: 'general', detail: `${header} in the trailer section names ${algorithm.key}, which the content was not hashed with: announce the field in Trailer` }]
     }
@@ -78,6 +77,8 @@ type Source = Readable & {
 
 const nothing = Buffer.alloc(0)
 
+function discard (): void {}
+
 // The bytes held back from readers until the content is verified: more than any multipart close
 // delimiter (RFC 2046 section 5.1.1: a boundary has at most 70 characters), so that not even the
 // last part of a multipart body ends before its digest is known.
@@ -99,6 +100,12 @@ function destroyQuietly (this: Readable, error: Error | null, callback: (error?:
 /** Gives readers the problem in place of the end; returns whether any of them listens for it. */
 export function failSource (source: Readable, problem: DigestProblem): boolean {
   const heard = source.listenerCount('error') > 0
+  // inject()'s request (light-my-request) ignores a destroy once its payload is pushed, and takes
+  // an error on a destroyed request for a broken response: it is given the error alone.
+  if ('_lightMyRequest' in source) {
+    if (heard) source.emit('error', problem)
+    return heard
+  }
   source._destroy = destroyQuietly
   Readable.prototype.destroy.call(source, problem)
   return heard
@@ -133,6 +140,7 @@ export class SourceVerifier {
   #held: Buffer[] = []
   #heldLength = 0
   #whenSettled: ((problem?: DigestProblem) => void) | null = null
+  #ending = false
 
   constructor (source: Readable, verification: Verification) {
     this.#source = source as Source
@@ -158,20 +166,32 @@ export class SourceVerifier {
   }
 
   /**
-   * Called before the handler when a reader took some content and stopped without handing a stream
-   * on (a parser that sniffs the first chunk): the rest is read and discarded here, and `callback`
-   * runs once the content is verified, with the problem if it is not.
+   * Calls `callback` once the content is verified, with the problem if it is not. With `takeOver`,
+   * or when nobody reads it any more, the rest of the content is read and discarded here, as Node
+   * dumps a request nobody reads: a parser that sniffed the first chunk and stopped is let go
+   * ('readable' listeners would hold the stream paused).
    */
-  finish (callback: (problem?: DigestProblem) => void): void {
+  whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
     this.#whenSettled = callback
-    this.#source.resume()
+    const source = this.#source
+    if (takeOver) {
+      source.removeAllListeners('readable')
+      source.removeAllListeners('data')
+    }
+    if (source.listenerCount('data') + source.listenerCount('readable') === 0) {
+      source.on('data', discard)
+      source.resume()
+    }
   }
 
   receive (chunk: Buffer | string | null): boolean {
     if (chunk === null) {
-      this.#source.push = this.#push
-      this.#source[kVerifier] = undefined
-      this.judge((problem) => this.#conclude(problem))
+      // Until the verdict, which may wait for decoding, a second end (light-my-request pushes one
+      // on every read once done) is swallowed like the first.
+      if (!this.#ending) {
+        this.#ending = true
+        this.judge((problem) => this.#conclude(problem))
+      }
       return false
     }
     // light-my-request pushes a string payload as it was given.
@@ -203,13 +223,15 @@ export class SourceVerifier {
     this.#verification.unencoded?.write(chunk)
   }
 
-  #received (): Buffer[] {
+  #received (): Map<Algorithm, Buffer> {
     const { algorithms, unencoded } = this.#verification
-    if (this.#hashes !== null) return this.#hashes.map((hash) => hash.digest())
+    const hashes = this.#hashes
     const only = this.#held[0]
     // The one chunk goes to the decoder now, at the end, like every other chunk before it is seen.
-    if (only !== undefined) unencoded?.write(only)
-    return algorithms.map((algorithm) => only === undefined ? algorithm.emptyDigest : algorithm.digest(only))
+    if (hashes === null && only !== undefined) unencoded?.write(only)
+    return new Map(algorithms.map((algorithm, i) => [algorithm, hashes !== null
+      ? (hashes[i] as Hash).digest()
+      : only === undefined ? algorithm.emptyDigest : algorithm.digest(only)]))
   }
 
   /**
@@ -222,21 +244,21 @@ export class SourceVerifier {
     const received = this.#received()
     this.settled = true
     this.#hashes = null
-    const decide = (unencoded: Buffer[] | Finding | null): void => {
+    const decide = (unencoded: Map<Algorithm, Buffer> | Finding | null): void => {
       const verdict = this.#verdict(received, unencoded)
       if (Array.isArray(verdict)) {
         callback(problemFor(verification.settings, verdict))
         return
       }
-      verification.verified(verdict)
+      if (verdict.fields.length > 0) verification.verified(verdict)
       callback(null)
     }
     if (verification.unencoded === null) decide(null)
     else verification.unencoded.end(decide)
   }
 
-  #verdict (received: Buffer[], unencoded: Buffer[] | Finding | null): VerifiedDigest | Finding[] {
-    const { settings, expectations, algorithms, partial } = this.#verification
+  #verdict (received: Map<Algorithm, Buffer>, unencoded: Map<Algorithm, Buffer> | Finding | null): VerifiedDigest | Finding[] {
+    const { settings, expectations, partial } = this.#verification
     let all = expectations
     const trailers = this.#source.trailers
     if (hasIntegrityTrailer(trailers)) {
@@ -246,12 +268,16 @@ export class SourceVerifier {
       if (judgement.findings.length > 0) return [...judgement.findings]
       all = [...expectations, ...judgement.expectations]
     }
-    if (unencoded !== null && !Array.isArray(unencoded)) return [unencoded]
-    return compareDigests(all, { algorithms, received, unencoded })
+    if (unencoded !== null && !(unencoded instanceof Map)) return [unencoded]
+    // A field announced in Trailer but never sent leaves nothing checked, which `required` refuses.
+    if (all.length === 0 && settings.required) return [missingField(settings.algorithms.keys())]
+    return compareDigests(all, { received, unencoded })
   }
 
   #conclude (problem: DigestProblem | null): void {
     const source = this.#source
+    source.push = this.#push
+    source[kVerifier] = undefined
     const held = this.#held
     const whenSettled = this.#whenSettled
     this.#held = []
