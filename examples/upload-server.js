@@ -19,12 +19,15 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
 
   const items = new Map()
 
-  // JSON: the body is parsed only once its digest has matched.
-  app.post('/items', async (request, reply) => {
+  // JSON: the body is parsed only once its digest has matched. The same route answers problems in
+  // the shape registered with IANA under /registered.
+  const addItem = async (request, reply) => {
     const id = String(items.size + 1)
     items.set(id, request.body)
     return reply.code(201).send({ id, item: request.body, verified: describe(request.digest) })
-  })
+  }
+  app.post('/items', addItem)
+  app.post('/registered/items', { config: { digest: { problemTypes: 'registered' } } }, addItem)
 
   // Streaming: the content goes from request.raw to a temporary file of its own, whatever its
   // content type (this scope's only parser reads nothing), and the file is kept only when the

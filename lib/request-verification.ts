@@ -12,6 +12,14 @@ import { compareDigests, failSource, hasIntegrityTrailer, SourceVerifier } from 
 
 type HookDone = (error?: Error) => void
 
+/**
+ * A reader that listens for 'error' answers the problem (Fastify's parsers send it to the error
+ * handler); with none, nobody would, so the plugin does unless a reply went out already.
+ */
+function answerUnheard (problem: DigestProblem, heard: boolean, request: FastifyRequest, reply: FastifyReply): void {
+  if (!heard && !reply.sent) sendProblem(problem, request, reply)
+}
+
 function distinct (algorithms: Iterable<Algorithm>): Algorithm[] {
   return [...new Set(algorithms)]
 }
@@ -70,11 +78,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     unencoded,
     partial,
     verified (digest) { request.digest = digest },
-    // A reader that listens for 'error' answers the problem (Fastify's parsers send it to the
-    // error handler); with none, nobody would, so the plugin does unless a reply went out already.
-    failed (problem, heard) {
-      if (!heard && !reply.sent) sendProblem(problem, request, reply)
-    }
+    failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
   })
   if (verifier.hashBuffered()) {
     verifier.judge((problem) => done(problem ?? undefined))
@@ -107,7 +111,7 @@ function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boole
     kind: 'general',
     detail: 'the integrity fields in the trailer section of this request cannot be verified: announce them in a Trailer field, so that the content is hashed as it arrives'
   }])
-  if (!failSource(this, problem) && !watched.reply.sent) sendProblem(problem, watched.request, watched.reply)
+  answerUnheard(problem, failSource(this, problem), watched.request, watched.reply)
   return false
 }
 

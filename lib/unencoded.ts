@@ -1,5 +1,5 @@
 import type { Hash } from 'node:crypto'
-import type { Transform } from 'node:stream'
+import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'
 import type { Algorithm } from './algorithms.js'
 import type { GeneralFinding } from './findings.js'
@@ -69,12 +69,8 @@ export class UnencodedHasher {
 
   /** Ends the decoding, then gives the digests of the decoded content, or why there are none. */
   end (callback: (result: Map<Algorithm, Buffer> | GeneralFinding) => void): void {
-    if (this.#finding !== null) {
-      callback(this.#finding)
-      return
-    }
-    this.#last.once('end', () => callback(this.#finding ?? new Map(this.#algorithms.map((algorithm, i) => [algorithm, (this.#hashes[i] as Hash).digest()]))))
-    this.#last.once('close', () => { if (this.#finding !== null) callback(this.#finding) })
+    // finished() also answers for a chain a failure destroyed already.
+    finished(this.#last, () => callback(this.#finding ?? new Map(this.#algorithms.map((algorithm, i) => [algorithm, (this.#hashes[i] as Hash).digest()]))))
     this.#first.end()
   }
 

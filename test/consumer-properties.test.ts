@@ -183,6 +183,9 @@ t.test('every reader, chunking, bodyLimit and abort point gets the modelled outc
     const outcome = model === null ? 'aborted' : String(model.status)
     outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1)
     if (model === null) return
+    // A server that refuses an upload early (413) closes while the client still sends: TCP may then
+    // reset the connection before the client reads the answer.
+    if (model.status === 413 && Number.isNaN(response?.status)) return
     if (response === null || response.status !== model.status) throw new Error(`status ${response?.status}, expected ${model.status}: ${response?.body}`)
     const body = JSON.parse(response.body)
     if (model.type !== undefined && body.type !== model.type) throw new Error(`type ${body.type}`)

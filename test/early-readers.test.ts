@@ -32,7 +32,7 @@ t.test('a multipart file followed by an epilogue: the reply on it becomes the pr
   t.teardown(() => app.close())
   const body = (content: string): Buffer => Buffer.from(
     '--B\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\n' +
-    content + '\r\n--B--\r\n' + 'x'.repeat(2000))
+    content + '\r\n--B--\r\n' + 'x'.repeat(4000))
   const send = (content: string, digest: string) => {
     const data = body(content)
     const split = data.length - 2000
@@ -62,6 +62,7 @@ t.test('a compressed stream followed by more bytes: the reply on it becomes the 
   const padding = Buffer.alloc(1500, 0x20)
   const pieces = [compressed, padding, padding, padding]
   const content = Buffer.concat(pieces)
+  // The bytes after the compressed stream are sent only once the handler has replied.
   const send = (digest: string) => rawRequest(port, ['PUT /files HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', 'Content-Encoding: deflate',
     `Content-Length: ${content.length}`, `Content-Digest: ${digest}`], pieces)
   t.equal((await send(sha256(content))).status, 201)
@@ -111,4 +112,23 @@ t.test('inject() with a stream payload and no Content-Length is verified, not ta
   const right = await send(sha256('TAMPERED UPLOAD'))
   t.equal(right.statusCode, 200)
   t.same(right.json(), { length: 15 })
+})
+
+t.test('a success reply sent before anyone read the content waits for its verdict', async (t) => {
+  // The handler answers at once and reads nothing: the content is read after it, and a failure
+  // turns the 202 into the problem. An error answer goes as it is.
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('application/octet-stream', (_request, _payload, done) => done(null))
+  app.put('/accepted', async (_request, reply) => reply.code(202).send({ accepted: true }))
+  app.put('/refused', async (_request, reply) => reply.code(409).send({ refused: true }))
+  const send = (url: string, digest: string) => app.inject({ method: 'PUT', url, payload: 'content', headers: { 'content-type': 'application/octet-stream', 'content-digest': digest } })
+  const right = await send('/accepted', sha256('content'))
+  t.equal(right.statusCode, 202)
+  t.same(right.json(), { accepted: true })
+  const wrong = await send('/accepted', sha256('other'))
+  t.equal(wrong.statusCode, 400)
+  t.equal(wrong.headers['content-type'], 'application/problem+json')
+  t.equal(wrong.json().type, problemTypes + 'digest-mismatching-value')
+  t.equal((await send('/refused', sha256('other'))).statusCode, 409)
 })

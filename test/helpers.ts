@@ -149,7 +149,8 @@ export async function rawRequest (port: number, head: string[], chunks: Buffer[]
   await new Promise<void>((resolve) => socket.once('connect', resolve))
   socket.write([...head, 'Connection: close', '', ''].join('\r\n'))
   for (const chunk of chunks) {
-    if (socket.destroyed) break
+    // Once the server has answered, a client stops sending.
+    if (socket.destroyed || received.length > 0) break
     socket.write(chunk)
     await new Promise((resolve) => pause > 0 ? setTimeout(resolve, pause) : setImmediate(resolve))
   }

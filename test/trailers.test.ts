@@ -122,3 +122,28 @@ t.test('a route with config.digest false ignores trailer fields', async (t) => {
   const response = await post(false, port, {}, { 'content-digest': member('sha-256', 'x') })
   t.equal(response.status, 200)
 })
+
+t.test('a chunked request with no digest field anywhere passes untouched', async (t) => {
+  const { port, handled } = await serve(false)
+  const response = await post(false, port, {}, {})
+  t.equal(response.status, 200)
+  t.same(JSON.parse(response.body), { fields: null })
+  t.equal(handled.length, 1)
+})
+
+t.test('an unannounced trailer field is answered by the plugin when no reader listens for errors', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('application/json', (_request, _payload, done) => done(null))
+  const seen: string[] = []
+  app.post('/', (request, reply) => {
+    request.raw.on('data', () => {})
+    request.raw.on('end', () => { seen.push('end'); reply.send('ok') })
+  })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const response = await post(false, port, {}, { 'content-digest': helloSha256 })
+  t.equal(response.status, 400)
+  t.equal(JSON.parse(response.body).type, 'about:blank')
+  t.same(seen, [], 'the reader never saw the end')
+})

@@ -3,7 +3,7 @@ import t from 'tap'
 import Fastify from 'fastify'
 import fastifyCompress from '@fastify/compress'
 import fastifyDigestFields, { type FastifyDigestFieldsOptions } from '../lib/index.js'
-import { hello, helloSha256, json, member, problemTypes } from './helpers.js'
+import { hello, helloSha256, json, listen, member, problemTypes, rawRequest } from './helpers.js'
 
 // Unencoded-Digest covers the content with every content coding removed
 // (draft-ietf-httpbis-unencoded-digest): the plugin decodes on the side, bounded by bodyLimit,
@@ -138,3 +138,16 @@ for (const compressFirst of [true, false]) {
     t.equal(wrong.json().type, problemTypes + 'digest-mismatching-value')
   })
 }
+
+t.test('over a real socket, content that arrives in many chunks is decoded as it arrives', async (t) => {
+  const { app } = await echo()
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const original = Buffer.from(Array.from({ length: 20_000 }, (_, i) => `line ${i}\n`).join(''))
+  const encoded = zlib.gzipSync(original)
+  const chunks = Array.from({ length: Math.ceil(encoded.length / 4096) }, (_, i) => encoded.subarray(i * 4096, (i + 1) * 4096))
+  const send = (digest: string) => rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', 'Content-Encoding: gzip',
+    `Content-Length: ${encoded.length}`, `Unencoded-Digest: ${digest}`], chunks)
+  t.equal((await send(member('sha-256', original))).status, 200)
+  t.equal((await send(member('sha-256', encoded))).status, 400)
+})
