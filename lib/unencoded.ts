@@ -74,8 +74,8 @@ export class UnencodedHasher {
     this.#first.end()
   }
 
+  // Called once at most: a destroyed chain emits nothing more, and nothing is written to it.
   #fail (reason: string, status = 400): void {
-    if (this.#finding !== null) return
     this.#finding = { kind: 'general', detail: `Unencoded-Digest cannot be verified: ${reason}`, status }
     for (const decoder of this.#chain) decoder.destroy()
   }
