@@ -63,7 +63,7 @@ export function announcedFields (headers: IncomingHttpHeaders): string[] {
   return trailer.toLowerCase().split(',').map((name) => name.trim()).filter((name) => integrityFields.includes(name))
 }
 
-type Parsed = [Field, Dictionary]
+type Parsed = [Field, Dictionary, string]
 
 function parse (section: Readonly<Record<string, string | string[] | undefined>>): Parsed[] | Finding {
   const present: Parsed[] = []
@@ -73,7 +73,8 @@ function parse (section: Readonly<Record<string, string | string[] | undefined>>
     try {
       // Field lines of one name are one field, joined with commas (RFC 9110 section 5.3): Node and
       // light-my-request join them already, and String() joins any list that still gets here.
-      present.push([field, parseDictionary(String(value))])
+      const text = String(value)
+      present.push([field, parseDictionary(text), text])
     } catch (error) {
       return { kind: 'general', detail: `${field.name} is not a valid structured-field dictionary: ${(error as Error).message}` }
     }
@@ -86,18 +87,28 @@ function parse (section: Readonly<Record<string, string | string[] | undefined>>
  * preference field; or the finding of a preference that is not an integer from 0 to 10 (RFC 9530
  * section 4).
  */
-function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary): string[] | Finding {
+function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text: string): string[] | Finding {
   if (integrity !== null) return [...dictionary.keys()]
   const keys: string[] = []
   for (const [key, member] of dictionary) {
     const weight = member[0]
-    if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10) {
+    if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10 || isDecimal(text, key)) {
       return { kind: 'general', detail: `${name} gives ${key} a preference that is not an integer from 0 to 10` }
     }
     // RFC 9530 section 4: 0 means "not acceptable", so a 0 asks for nothing and cannot be unsupported.
     if (weight > 0) keys.push(key)
   }
   return keys
+}
+
+/**
+ * structured-headers gives a Decimal with a zero fraction (5.0) as the same number as the Integer
+ * 5, but RFC 9530 section 4 asks for an Integer: the field's text tells them apart, at the key's
+ * last place, whose value counts (RFC 9651 section 4.2.2).
+ */
+function isDecimal (text: string, key: string): boolean {
+  const places = [...text.matchAll(new RegExp(`(?:^|,)[ \\t]*${key.replace(/[.*]/g, '\\$&')}=([^,;\\s]*)`, 'g'))]
+  return /^-?\d+\./.test(places.at(-1)?.[1] as string)
 }
 
 function unsupportedKeys (settings: Settings, field: Field, keys: readonly string[]): UnsupportedAlgorithm[] {
@@ -128,8 +139,8 @@ export function judgeFields (section: Readonly<Record<string, string | string[] 
   const present = parse(section)
   if (!Array.isArray(present)) return { findings: [present], expectations: [] }
   const unsupported: UnsupportedAlgorithm[] = []
-  for (const [field, dictionary] of present) {
-    const keys = requestedKeys(field, dictionary)
+  for (const [field, dictionary, text] of present) {
+    const keys = requestedKeys(field, dictionary, text)
     if (!Array.isArray(keys)) return { findings: [keys], expectations: [] }
     unsupported.push(...unsupportedKeys(settings, field, keys))
   }

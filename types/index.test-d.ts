@@ -6,6 +6,8 @@ import fastifyDigestFields, {
   fastifyDigestFields as named,
   type DigestProblemDocument,
   type DigestRouteOptions,
+  type DraftProblemDocument,
+  type RegisteredProblemDocument,
   type FastifyDigestFieldsOptions,
   type VerifiedDigest
 } from '../dist/index.js'
@@ -22,8 +24,10 @@ app.register(fastifyDigestFields, {
   strictAlgorithms: true,
   required: true,
   disclosure: 'no-calculated-digest',
+  problemTypes: 'registered',
   problemTypesBase: 'https://example.com/problems'
 })
+expectError(app.register(fastifyDigestFields, { problemTypes: 'draft-06' }))
 expectError(app.register(fastifyDigestFields, { algorithms: ['sha-1'] }))
 expectError(app.register(fastifyDigestFields, { disclosure: 'some' }))
 expectError(app.register(fastifyDigestFields, { required: 'yes' }))
@@ -32,7 +36,8 @@ app.put('/items/:id', { config: { digest: { algorithms: ['sha-512'] } } }, async
   expectType<VerifiedDigest | null>(request.digest)
   const sha512 = request.digest?.values['sha-512']
   expectType<Buffer | undefined>(sha512)
-  expectType<readonly ('content-digest' | 'repr-digest')[] | undefined>(request.digest?.fields)
+  expectType<readonly ('content-digest' | 'repr-digest' | 'unencoded-digest')[] | undefined>(request.digest?.fields)
+  expectType<Buffer | undefined>(request.digest?.unencoded['sha-256'])
   return 'ok'
 })
 app.get('/health', { config: { digest: false } }, async () => 'ok')
@@ -46,5 +51,13 @@ expectNotAssignable<DigestRouteOptions>({ disclosure: 'partial' })
 
 expectType<'digest-mismatching-value'>(digestProblemSchemas.mismatchingValue.title)
 const problem = new DigestProblem('t', 'm', { type: 'about:blank', title: 'Bad Request' }, digestProblemSchemas.general)
-expectType<400>(problem.statusCode)
+expectType<number>(problem.statusCode)
 expectType<DigestProblemDocument>(problem.document)
+expectAssignable<DigestProblemDocument>({
+  type: 'https://iana.org/assignments/http-problem-types#digest-mismatched-values',
+  title: 'Mismatched Digest Values',
+  mismatched_digests: [{ algorithm: 'sha-256', provided_digest: ':AAAA:', header: 'Content-Digest' }]
+} satisfies RegisteredProblemDocument)
+expectAssignable<DraftProblemDocument>({ type: 'about:blank', title: 'Bad Request', detail: 'why' })
+expectAssignable<FastifyContextConfig>({ digest: { problemTypes: 'registered' } })
+expectType<'digest-mismatched-values'>(digestProblemSchemas.mismatchedValues.title)
