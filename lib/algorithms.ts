@@ -12,7 +12,7 @@ export interface Algorithm {
   readonly emptyDigest: Buffer
   createHash (): Hash
   /** Digest of one buffer: no Hash object to set up, which is most of the cost for a small body. */
-  digest (data: Buffer): Buffer
+  digest (data: Buffer | string): Buffer
 }
 
 function algorithm (key: DigestAlgorithm, nodeName: string, length: number, deprecated: boolean): Algorithm {

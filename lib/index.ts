@@ -15,6 +15,8 @@ import { hasNoDigestFields } from './fields.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem } from './problems.js'
 import { verifyRequest, watchTrailers } from './request-verification.js'
+import { kSupplied, responseDigests, type SuppliedDigests } from './response-digests.js'
+import { lookupAlgorithm } from './algorithms.js'
 import type { SourceVerifier } from './verifier.js'
 
 export type * from '../types/index.js'
@@ -77,6 +79,17 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   if (!fastify.hasRequestDecorator('digest')) {
     fastify.decorateRequest('digest', null)
     fastify.decorateRequest(kVerifier, null)
+    fastify.decorateReply(kSupplied, null)
+    fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
+      for (const [key, value] of Object.entries(digests)) {
+        const algorithm = lookupAlgorithm(key)
+        if (algorithm === undefined || !Buffer.isBuffer(value) || value.length !== algorithm.length) {
+          throw new TypeError(`fastify-digest-fields: reply.reprDigest: ${key} must be a Buffer of the digest's length`)
+        }
+      }
+      ;(this as FastifyReply & { [kSupplied]: SuppliedDigests })[kSupplied] = digests
+      return this
+    })
   }
 
   fastify.addHook('onRoute', (route) => {
@@ -84,6 +97,14 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     route.config = { ...route.config, [kSettings]: settings } as RouteConfig
     if (settings === null) return
     anyRequired ||= settings.required
+    // After every onRoute hook has added its own (a microtask runs once the route's onRoute hooks
+    // have), so that the digests cover the bytes sent, after @fastify/compress whichever plugin was
+    // registered first (RFC 9530 section 2).
+    const sendDigests = responseDigests(settings)
+    queueMicrotask(() => {
+      const onSend = route.onSend
+      route.onSend = [...(onSend === undefined ? [] : Array.isArray(onSend) ? onSend : [onSend]), sendDigests]
+    })
 
     // A route-level error handler answers the plugin's problems and hands every other error on to
     // the application's handler (Fastify chains to the scope's handler when this one rethrows), so

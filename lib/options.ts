@@ -4,6 +4,7 @@ import type {
   DigestDisclosure,
   DigestProblemTypes,
   DigestRouteOptions,
+  ResponseDigestField,
   FastifyDigestFieldsOptions
 } from '../types/index.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
@@ -20,6 +21,8 @@ export interface Settings {
   readonly required: boolean
   readonly disclosure: DigestDisclosure
   readonly problemTypes: DigestProblemTypes
+  /** The digest fields sent on every successful response, asked for or not. */
+  readonly responseDigests: readonly ResponseDigestField[]
   /** Problem type URIs are this plus the type name. */
   readonly typeBase: string
 }
@@ -28,7 +31,8 @@ const defaultAlgorithms = ['sha-256', 'sha-512'] as const
 const defaultProblemTypesBase = 'https://iana.org/assignments/http-problem-types'
 const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest', 'none']
 const shapes: readonly DigestProblemTypes[] = ['draft-00', 'registered']
-const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes']
+const responseFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest']
+const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'responseDigests']
 const pluginKeys = [...routeKeys, 'problemTypesBase']
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
@@ -104,15 +108,20 @@ function build (where: string, options: DigestRouteOptions, inherited: Settings 
     strictAlgorithms = inherited?.strictAlgorithms ?? false,
     required = inherited?.required ?? false,
     disclosure = inherited?.disclosure ?? 'full',
-    problemTypes = inherited?.problemTypes ?? 'draft-00'
+    problemTypes = inherited?.problemTypes ?? 'draft-00',
+    responseDigests = inherited?.responseDigests ?? []
   } = options
   checkOneOf(where, 'disclosure', disclosures, disclosure)
   checkOneOf(where, 'problemTypes', shapes, problemTypes)
+  if (!Array.isArray(responseDigests) || !responseDigests.every((name) => responseFields.includes(name))) {
+    fail(where, `responseDigests must be a list of ${responseFields.join(', ')}, got ${show(responseDigests)}`)
+  }
   const common = {
     strictAlgorithms: checkBoolean(where, 'strictAlgorithms', strictAlgorithms),
     required: checkBoolean(where, 'required', required),
     disclosure,
     problemTypes,
+    responseDigests,
     typeBase
   }
   if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }

@@ -29,6 +29,9 @@ export type DigestDisclosure = 'full' | 'no-calculated-digest' | 'none'
  */
 export type DigestProblemTypes = 'draft-00' | 'registered'
 
+/** A digest field the plugin can send on responses. */
+export type ResponseDigestField = 'content-digest' | 'repr-digest'
+
 /** Settings a route can override under `config.digest`. */
 export interface DigestRouteOptions {
   /** Default `['sha-256', 'sha-512']`. */
@@ -41,6 +44,12 @@ export interface DigestRouteOptions {
   disclosure?: DigestDisclosure
   /** Default `'draft-00'`. */
   problemTypes?: DigestProblemTypes
+  /**
+   * Digest fields sent on every successful response, with the route's most preferred algorithm,
+   * whether or not the request asked (`Want-Content-Digest`, `Want-Repr-Digest` are always
+   * answered). Default `[]`.
+   */
+  responseDigests?: readonly ResponseDigestField[]
 }
 
 export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
@@ -96,5 +105,13 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set once the content has been verified against its integrity fields; `null` otherwise. */
     digest: VerifiedDigest | null
+  }
+  interface FastifyReply {
+    /**
+     * Representation digests the application already knows (the checksum stored with an upload),
+     * sent as `Repr-Digest` instead of hashing the representation, whenever the client accepts
+     * their algorithm. Each value must be a digest of its algorithm's length.
+     */
+    reprDigest (digests: Readonly<Partial<Record<DigestAlgorithm, Buffer>>>): FastifyReply
   }
 }
