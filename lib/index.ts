@@ -99,11 +99,14 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     anyRequired ||= settings.required
     // After every onRoute hook has added its own (a microtask runs once the route's onRoute hooks
     // have), so that the digests cover the bytes sent, after @fastify/compress whichever plugin was
-    // registered first (RFC 9530 section 2).
+    // registered first (RFC 9530 section 2); on Fastify's own HEAD route, just before the hook that
+    // drops the GET payload, which is the representation a GET would send.
     const sendDigests = responseDigests(settings)
     queueMicrotask(() => {
-      const onSend = route.onSend
-      route.onSend = [...(onSend === undefined ? [] : Array.isArray(onSend) ? onSend : [onSend]), sendDigests]
+      const onSend = route.onSend === undefined ? [] : Array.isArray(route.onSend) ? [...route.onSend] : [route.onSend]
+      const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
+      onSend.splice(head === -1 ? onSend.length : head, 0, sendDigests)
+      route.onSend = onSend
     })
 
     // A route-level error handler answers the plugin's problems and hands every other error on to

@@ -74,11 +74,16 @@ export function responseDigests (settings: Settings): onSendHookHandler {
       done(null, payload)
       return
     }
+    const covers = coverage(request, reply.statusCode)
+    // Problems and redirects carry no digest, and do not vary for one.
+    if (!covers.content && covers.repr === 'none') {
+      done(null, payload)
+      return
+    }
     // A response that depends on the preference fields says so to caches (RFC 9110 section 12.5.5).
     if (wantContent !== undefined || wantRepr !== undefined) {
       addVary(reply, [...(wantContent === undefined ? [] : ['Want-Content-Digest']), ...(wantRepr === undefined ? [] : ['Want-Repr-Digest'])].join(', '))
     }
-    const covers = coverage(request, reply.statusCode)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const contentAlgorithm = !covers.content
       ? null

@@ -65,7 +65,7 @@ const known = {
 } as const
 type Known = keyof typeof known
 const isKnown = (key: string): key is Known => Object.hasOwn(known, key)
-const digestOf = (key: Known, data: string): Buffer => createHash(known[key].node).update(data).digest()
+const digestOf = (key: Known, data: string | Buffer): Buffer => createHash(known[key].node).update(data).digest()
 
 interface Settings {
   algorithms: Known[] | Partial<Record<Known, number>>
@@ -151,6 +151,25 @@ function carriesPart (range: string | undefined): boolean {
 /** What the plugin must answer to a POST with these fields and this content (null: none). */
 function expectedOutcome (fields: Fields, content: string | null, settings: Settings): Outcome {
   const supported = preferences(settings.algorithms)
+  // A success answers each preference field with the supported algorithm the client weighs highest,
+  // ties going to the route's order (RFC 9530 section 4), over the response's own bytes: the key
+  // stands here for the digest that judge() computes over what the client received.
+  const answered = (): Record<string, string> => {
+    const headers: Record<string, string> = {}
+    for (const [want, field] of [['want-content-digest', 'content-digest'], ['want-repr-digest', 'repr-digest']] as const) {
+      let best: string | null = null
+      let bestWeight = 0
+      for (const key of supported.keys()) {
+        const value = dictionaries.get(want)?.get(key)
+        if (value?.kind === 'integer' && value.value > bestWeight) {
+          best = key
+          bestWeight = value.value
+        }
+      }
+      if (best !== null) headers[field] = best
+    }
+    return headers
+  }
   const wantField = (refused?: string): string =>
     [...supported, ...(refused === undefined ? [] : [[refused, 0] as const])].map(([key, weight]) => `${key}=${weight}`).join(', ')
   // Disclosure none: one answer for every failure, revealing no algorithm, value or check.
@@ -226,7 +245,7 @@ function expectedOutcome (fields: Fields, content: string | null, settings: Sett
         'want-unencoded-digest': wantField()
       })
     }
-    return { status: 200, body: null, headers: {}, why: 'nothing to check' }
+    return { status: 200, body: null, headers: answered(), why: 'nothing to check' }
   }
 
   // The content, or empty content, whose digest is well defined too; the first mismatch wins.
@@ -245,7 +264,7 @@ function expectedOutcome (fields: Fields, content: string | null, settings: Sett
     if (!verified.fields.includes(field)) verified.fields.push(field)
     verified.values[key] = calculated.toString('base64')
   }
-  return { status: 200, body: verified, headers: {}, why: content === null ? 'verified, no content' : 'verified' }
+  return { status: 200, body: verified, headers: answered(), why: content === null ? 'verified, no content' : 'verified' }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -447,6 +466,10 @@ async function judge ({ settings, fields, content }: Case): Promise<void> {
   const actual = observe(response, calls.handler - before)
   // The handler runs exactly when the request is accepted, and every refusal is a problem document.
   const wanted = { ...expected, why: '', contentType: expected.status === 400 ? 'application/problem+json' : null, handlerRuns: expected.status === 200 ? 1 : 0 }
+  if (expected.status === 200) {
+    wanted.headers = Object.fromEntries(Object.entries(expected.headers).map(([name, key]) =>
+      [name, `${key}=:${digestOf(key as Known, response.rawPayload).toString('base64')}:`]))
+  }
   if (!isDeepStrictEqual(actual, wanted)) {
     throw new Error(`model (${expected.why}): ${JSON.stringify(wanted)}\n  plugin: ${JSON.stringify(actual)}`)
   }
