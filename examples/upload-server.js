@@ -1,6 +1,6 @@
 // An upload API that checks Content-Digest and Repr-Digest on every request: `npm start`.
 import { randomUUID } from 'node:crypto'
-import { createWriteStream, realpathSync } from 'node:fs'
+import { createReadStream, createWriteStream, realpathSync } from 'node:fs'
 import { mkdtemp, rename, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -18,6 +18,9 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
   await app.register(fastifyDigestFields, { algorithms: ['sha-256', 'sha-512'] })
 
   const items = new Map()
+  // The digests verified at upload, by file name: downloads answer Want-Repr-Digest with them
+  // instead of hashing the file again.
+  const stored = new Map()
 
   // JSON: the body is parsed only once its digest has matched. The same route answers problems in
   // the shape registered with IANA under /registered.
@@ -48,10 +51,21 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
           return reply.code(400).send({ error: 'Bad Request', message: 'an upload must carry a Content-Digest or Repr-Digest field' })
         }
         await rename(partial, join(uploadDir, request.params.name))
+        stored.set(request.params.name, request.digest.values)
       } finally {
         await rm(partial, { force: true })
       }
       return reply.code(201).send({ name: request.params.name, verified: describe(request.digest) })
+    })
+
+    // Streams a stored file (and, through Fastify's HEAD route, its headers alone), with the digest
+    // stored at upload as Repr-Digest when the client asks for it.
+    uploads.get('/uploads/:name', {
+      schema: { params: { type: 'object', properties: { name: fileName }, required: ['name'] } }
+    }, async (request, reply) => {
+      const digests = stored.get(request.params.name)
+      if (digests === undefined) return reply.code(404).send({ error: 'Not Found', message: 'no such upload' })
+      return reply.reprDigest(digests).type('application/octet-stream').send(createReadStream(join(uploadDir, request.params.name)))
     })
   })
 

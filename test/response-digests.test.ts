@@ -135,6 +135,8 @@ t.test('206, HEAD, 304 and 204 as RFC 9530 says', async (t) => {
   const head = await app.inject({ method: 'HEAD', url: '/hello', headers: want })
   t.equal(head.headers['repr-digest'], helloSha256, 'HEAD: the representation a GET would send')
   t.notOk('content-digest' in head.headers, 'HEAD sends no content')
+  const headStream = await app.inject({ method: 'HEAD', url: '/stream', headers: want })
+  t.notOk('repr-digest' in headStream.headers, 'HEAD of a stream that nobody reads: only a supplied digest could be sent')
   t.notOk('repr-digest' in (await app.inject({ method: 'GET', url: '/unchanged', headers: want })).headers)
   t.equal((await app.inject({ method: 'GET', url: '/unchanged', headers: { ...want, 'x-supply': 'yes' } })).headers['repr-digest'], member('sha-256', whole))
   const gone = await app.inject({ method: 'DELETE', url: '/gone', headers: want })

@@ -28,6 +28,13 @@ app.register(fastifyDigestFields, {
   problemTypesBase: 'https://example.com/problems'
 })
 expectError(app.register(fastifyDigestFields, { problemTypes: 'draft-06' }))
+app.register(fastifyDigestFields, { responseDigests: ['repr-digest', 'content-digest'] })
+expectError(app.register(fastifyDigestFields, { responseDigests: ['digest'] }))
+app.get('/download', async (_request, reply) => {
+  expectType<typeof reply>(reply.reprDigest({ 'sha-256': Buffer.alloc(32) }))
+  expectError(reply.reprDigest({ crc32c: Buffer.alloc(4) }))
+  return 'ok'
+})
 expectError(app.register(fastifyDigestFields, { algorithms: ['sha-1'] }))
 expectError(app.register(fastifyDigestFields, { disclosure: 'some' }))
 expectError(app.register(fastifyDigestFields, { required: 'yes' }))
