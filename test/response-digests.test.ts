@@ -86,6 +86,8 @@ t.test('unsolicited digests: on every successful response, with the most preferr
   const app = await server({ algorithms: ['sha-512', 'sha-256'], responseDigests: ['repr-digest', 'content-digest'] }, (app) => {
     app.get('/missing', async (_request, reply) => reply.code(404).send({ missing: true }))
     app.get('/none', { config: { digest: { responseDigests: [] } } }, async () => hello)
+    app.get('/stored', async (_request, reply) => reply.reprDigest({ 'sha-256': Buffer.alloc(32, 7) }).send(hello))
+    app.get('/part', async (_request, reply) => reply.code(206).header('content-range', 'bytes 0-1/18').send(hello.slice(0, 2)))
   })
   const ok = await app.inject({ method: 'GET', url: '/hello' })
   t.equal(ok.headers['repr-digest'], helloSha512)
@@ -95,6 +97,10 @@ t.test('unsolicited digests: on every successful response, with the most preferr
   t.equal(asked.headers['content-digest'], helloSha256, 'a preference wins over the route default')
   t.notOk('repr-digest' in (await app.inject({ method: 'GET', url: '/missing' })).headers)
   t.notOk('repr-digest' in (await app.inject({ method: 'GET', url: '/none' })).headers)
+  t.equal((await app.inject({ method: 'GET', url: '/stored' })).headers['repr-digest'], `sha-256=:${Buffer.alloc(32, 7).toString('base64')}:`, 'a supplied digest goes unsolicited too')
+  const part = await app.inject({ method: 'GET', url: '/part' })
+  t.notOk('repr-digest' in part.headers, 'a part is not the representation')
+  t.equal(part.headers['content-digest'], member('sha-512', hello.slice(0, 2)))
   await t.rejects(async () => { await Fastify().register(fastifyDigestFields, { responseDigests: ['digest'] as never }) }, /responseDigests must be a list of content-digest, repr-digest, got \["digest"\]/)
 })
 
