@@ -3,7 +3,7 @@
 // httpbis-digest-headers' verifyContentDigest in a preHandler, what a user would write without
 // the plugin). It reports its port, CPU time and peak RSS to the parent over IPC.
 import { readFile } from 'node:fs/promises'
-import { Writable } from 'node:stream'
+import { Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import Fastify from 'fastify'
 import fastifyRawBody from 'fastify-raw-body'
@@ -53,6 +53,18 @@ app.put('/upload', async (request) => {
     }
   }))
   return { received }
+})
+
+// A streamed download of ?mib= MiB, for response digests: answered with Repr-Digest in the trailer
+// section when the request asks for it.
+const block = Buffer.alloc(1024 * 1024, 'download ')
+app.get('/download', async (request, reply) => {
+  const mib = Number(request.query.mib ?? 1)
+  let sent = 0
+  const stream = new Readable({
+    read () { this.push(sent++ < mib ? block : null) }
+  })
+  return reply.type('application/octet-stream').send(stream)
 })
 
 // Peak RSS of this process: VmHWM, since getrusage's maxRSS keeps the parent's peak across exec.
