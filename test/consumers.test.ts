@@ -5,7 +5,7 @@ import { createGunzip, gzipSync } from 'node:zlib'
 import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { h2Request, listen, problemTypes, rawRequest, watchProcess, type RawResponse } from './helpers.js'
+import { h2Request, listen, problemTypes, rawRequest, seededBytes, watchProcess, type RawResponse } from './helpers.js'
 
 // Every way an application reads request content, over HTTP/1.1 and HTTP/2: with the right digest
 // it gets the content whole; with a wrong one it never sees the end (nor, for a reader that decides
@@ -125,19 +125,6 @@ const consumers: Record<string, Setup> = {
   }
 }
 
-/** Seeded bytes (xorshift32), so that a failure can be replayed. */
-function bytes (size: number, seed: number): Buffer {
-  const data = Buffer.allocUnsafe(size)
-  let x = seed | 1
-  for (let i = 0; i < size; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    data[i] = x & 0xff
-  }
-  return data
-}
-
 const sha256 = (data: Buffer): string => `sha-256=:${createHash('sha256').update(data).digest('base64')}:`
 
 async function serve (setup: Setup, http2: boolean): Promise<{ port: number, seen: Seen }> {
@@ -162,7 +149,7 @@ for (const http2 of [false, true]) {
     t.test(`${name} (${http2 ? 'HTTP/2' : 'HTTP/1.1'})`, async (t) => {
       const escaped = watchProcess(t)
       const { port, seen } = await serve(setup, http2)
-      const original = bytes(100_000, name.length)
+      const original = seededBytes(100_000, name.length)
       const zipped = name.includes('zlib')
       const content = zipped ? gzipSync(original) : original
 

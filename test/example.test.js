@@ -13,7 +13,7 @@ import { buildServer } from '../examples/upload-server.js'
 
 const sha512 = (data) => `sha-512=:${createHash('sha512').update(data).digest('base64')}:`
 
-t.test('the example keeps an upload only when its digest matched', async (t) => {
+async function started (t) {
   const uploadDir = await mkdtemp(join(tmpdir(), 'digest-example-'))
   const app = await buildServer({ uploadDir, logger: false })
   await app.listen({ host: '127.0.0.1', port: 0 })
@@ -21,7 +21,11 @@ t.test('the example keeps an upload only when its digest matched', async (t) => 
     await app.close()
     await rm(uploadDir, { recursive: true, force: true })
   })
-  const url = `http://127.0.0.1:${app.server.address().port}`
+  return { uploadDir, url: `http://127.0.0.1:${app.server.address().port}` }
+}
+
+t.test('the example keeps an upload only when its digest matched', async (t) => {
+  const { uploadDir, url } = await started(t)
   const body = randomBytes(3 * 1024 * 1024)
   const headers = { 'content-type': 'application/octet-stream' }
 
@@ -48,17 +52,6 @@ t.test('the example keeps an upload only when its digest matched', async (t) => 
   t.equal(health.statusCode, 200, 'the health route is not covered')
   await health.body.dump()
 })
-
-async function started (t) {
-  const uploadDir = await mkdtemp(join(tmpdir(), 'digest-example-'))
-  const app = await buildServer({ uploadDir, logger: false })
-  await app.listen({ host: '127.0.0.1', port: 0 })
-  t.teardown(async () => {
-    await app.close()
-    await rm(uploadDir, { recursive: true, force: true })
-  })
-  return { uploadDir, url: `http://127.0.0.1:${app.server.address().port}` }
-}
 
 t.test('no upload name writes outside the upload folder or answers 5xx', async (t) => {
   // Before, PUT /uploads/.. with a correct digest answered 500 with absolute server paths and left

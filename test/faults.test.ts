@@ -6,7 +6,7 @@ import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { IncomingMessage } from 'node:http'
 import fastifyDigestFields from '../lib/index.js'
-import { fuzzSeed, h2Request, hello, helloSha256, listen, member, problemTypes, rawRequest, seededRandom, watchProcess, type RawResponse } from './helpers.js'
+import { fuzzSeed, h2Request, hello, helloSha256, listen, member, problemTypes, rawRequest, seededRandom, watchProcess, type RawResponse, type Tap } from './helpers.js'
 
 const events = ['data', 'end', 'error', 'close'] as const
 
@@ -79,14 +79,20 @@ t.test('a slow client that trickles its body is verified like any other', async 
   t.same(handled, ['streamed'])
 })
 
-t.test('a body over bodyLimit keeps Fastify\'s 413, not a digest problem', async (t) => {
-  const escaped = watchProcess(t)
-  const app = Fastify({ bodyLimit: 1024 })
+/** A server with a 1 KiB bodyLimit and Fastify's buffer parser at PUT /. */
+async function limited (t: Tap, http2: boolean): Promise<number> {
+  const app = Fastify({ http2: http2 as false, bodyLimit: 1024 })
   await app.register(fastifyDigestFields)
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
   app.put('/', async () => 'ok')
   const port = await listen(app)
   t.teardown(() => app.close())
+  return port
+}
+
+t.test('a body over bodyLimit keeps Fastify\'s 413, not a digest problem', async (t) => {
+  const escaped = watchProcess(t)
+  const port = await limited(t, false)
   const body = Buffer.alloc(4096, 1)
   const declared = await rawRequest(port, ['PUT / HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', `Content-Length: ${body.length}`, `Content-Digest: ${member('sha-256', body)}`], [body])
   t.equal(declared.status, 413)
@@ -106,12 +112,7 @@ t.test('a body over bodyLimit keeps Fastify\'s 413, not a digest problem', async
 
 t.test('an HTTP/2 body over bodyLimit with a wrong digest gets 413 and the process survives', async (t) => {
   const escaped = watchProcess(t)
-  const app = Fastify({ http2: true, bodyLimit: 1024 })
-  await app.register(fastifyDigestFields)
-  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
-  app.put('/', async () => 'ok')
-  const port = await listen(app)
-  t.teardown(() => app.close())
+  const port = await limited(t, true)
   const body = Buffer.alloc(4096, 1)
   const headers = { ':method': 'PUT', ':path': '/', 'content-type': 'application/octet-stream', 'content-digest': member('sha-256', 'x') }
   const response = await h2Request(port, headers, [body.subarray(0, 2048), body.subarray(2048)])

@@ -181,6 +181,19 @@ function parseResponse (text: string): RawResponse {
   return { status: Number(statusLine.split(' ')[1]), headers, body: Buffer.from(body, 'latin1').toString('utf8') }
 }
 
+/** Deterministic bytes from a seed (xorshift32), so that a failing case can be replayed. */
+export function seededBytes (size: number, seed: number): Buffer {
+  const data = Buffer.allocUnsafe(size)
+  let x = seed | 1
+  for (let i = 0; i < size; i++) {
+    x ^= x << 13
+    x ^= x >>> 17
+    x ^= x << 5
+    data[i] = x & 0xff
+  }
+  return data
+}
+
 /** Splits data into chunks of random sizes between 1 and max bytes, drawn from `random`. */
 export function randomChunks (data: Buffer, max: number, random: () => number): Buffer[] {
   const chunks: Buffer[] = []

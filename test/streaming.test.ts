@@ -2,7 +2,7 @@ import crypto, { createHash } from 'node:crypto'
 import { syncBuiltinESMExports } from 'node:module'
 import t from 'tap'
 import fc from 'fast-check'
-import { buildApp, fuzzScale, fuzzSeed, hello, helloSha256, listen, member, randomChunks, rawRequest, seededRandom, type Tap } from './helpers.js'
+import { buildApp, fuzzScale, fuzzSeed, hello, helloSha256, listen, member, randomChunks, rawRequest, seededBytes, seededRandom, type Tap } from './helpers.js'
 
 /** Replaces a node:crypto export for the test, in the ESM bindings the plugin imported too. */
 function spyOnCrypto<K extends 'createHash' | 'hash' | 'timingSafeEqual'> (t: Tap, name: K, spy: (original: typeof crypto[K]) => typeof crypto[K]): void {
@@ -13,19 +13,6 @@ function spyOnCrypto<K extends 'createHash' | 'hash' | 'timingSafeEqual'> (t: Ta
     crypto[name] = original
     syncBuiltinESMExports()
   })
-}
-
-/** Deterministic bytes from a seed (xorshift32), so that a failing case can be replayed. */
-function bodyOf (size: number, seed: number): Buffer {
-  const body = Buffer.allocUnsafe(size)
-  let x = seed | 1
-  for (let i = 0; i < size; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    body[i] = x & 0xff
-  }
-  return body
 }
 
 t.test('over a real socket, in random chunk sizes, the verdict always equals a direct hash comparison', async (t) => {
@@ -48,7 +35,7 @@ t.test('over a real socket, in random chunk sizes, the verdict always equals a d
   await fc.assert(fc.asyncProperty(
     size, fc.integer(), fc.integer({ min: 1, max: 65536 }), fc.boolean(), fc.constantFrom('sha-256', 'sha-512') as fc.Arbitrary<'sha-256' | 'sha-512'>,
     async (length, seed, maxChunk, corrupt, algorithm) => {
-      const body = bodyOf(length, seed)
+      const body = seededBytes(length, seed)
       const sent = corrupt ? Buffer.concat([body, Buffer.from([1])]) : body
       const provided = member(algorithm, sent)
       // No more than about 2000 writes a request, however small the chunks.
