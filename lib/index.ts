@@ -5,6 +5,7 @@ import type {
   FastifyPluginAsync,
   FastifyReply,
   FastifyRequest,
+  onSendHookHandler,
   RouteOptions
 } from 'fastify'
 import fp from 'fastify-plugin'
@@ -35,6 +36,7 @@ export {
 const kSettings = Symbol('fastify-digest-fields.settings')
 const kVerifier = Symbol('fastify-digest-fields.verifier')
 const kAnswers = Symbol('fastify-digest-fields.answers')
+const kSendDigests = Symbol('fastify-digest-fields.send-digests')
 
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
@@ -75,7 +77,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   }
 
   // A second registration in a child scope sets that scope's defaults: its onRoute hook runs after
-  // the parent's, and the first preParsing hook to see a request does the work.
+  // the parent's, and the first onRequest hook to see a request does the work.
   if (!fastify.hasRequestDecorator('digest')) {
     fastify.decorateRequest('digest', null)
     fastify.decorateRequest(kVerifier, null)
@@ -101,13 +103,18 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // have), so that the digests cover the bytes sent, after @fastify/compress whichever plugin was
     // registered first (RFC 9530 section 2); on Fastify's own HEAD route, just before the hook that
     // drops the GET payload, which is the representation a GET would send.
-    const sendDigests = responseDigests(settings)
-    queueMicrotask(() => {
-      const onSend = route.onSend === undefined ? [] : Array.isArray(route.onSend) ? [...route.onSend] : [route.onSend]
-      const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
-      onSend.splice(head === -1 ? onSend.length : head, 0, sendDigests)
-      route.onSend = onSend
-    })
+    // One hook a route, with the settings of the last registration to see it (a child scope's).
+    const scheduled = route as RouteOptions & { [kSendDigests]?: onSendHookHandler }
+    const first = scheduled[kSendDigests] === undefined
+    scheduled[kSendDigests] = responseDigests(settings)
+    if (first) {
+      queueMicrotask(() => {
+        const onSend = route.onSend === undefined ? [] : Array.isArray(route.onSend) ? [...route.onSend] : [route.onSend]
+        const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
+        onSend.splice(head === -1 ? onSend.length : head, 0, scheduled[kSendDigests] as onSendHookHandler)
+        route.onSend = onSend
+      })
+    }
 
     // A route-level error handler answers the plugin's problems and hands every other error on to
     // the application's handler (Fastify chains to the scope's handler when this one rethrows), so

@@ -80,4 +80,8 @@ t.test('registering again in a child scope sets that scope\'s defaults', async (
   t.equal(inner.statusCode, 200)
   const mismatch = await send('/inner', { 'content-digest': member('sha-512', 'x') })
   t.equal(mismatch.json().type, problemTypes + 'digest-mismatching-value')
+  // Response digests once, with the child's algorithms.
+  const answered = await app.inject({ method: 'POST', url: '/inner', payload: hello, headers: { ...json, 'content-digest': member('sha-512', hello), 'want-repr-digest': 'sha-256=9, sha-512=1' } })
+  t.equal(answered.headers.vary, 'Want-Repr-Digest')
+  t.equal(answered.headers['repr-digest'], member('sha-512', 'inner'))
 })
