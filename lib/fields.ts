@@ -90,9 +90,10 @@ function parse (section: Readonly<Record<string, string | string[] | undefined>>
 function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text: string): string[] | Finding {
   if (integrity !== null) return [...dictionary.keys()]
   const keys: string[] = []
+  const decimals = decimalKeys(text)
   for (const [key, member] of dictionary) {
     const weight = member[0]
-    if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10 || isDecimal(text, key)) {
+    if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10 || decimals.has(key)) {
       return { kind: 'general', detail: `${name} gives ${key} a preference that is not an integer from 0 to 10` }
     }
     // RFC 9530 section 4: 0 means "not acceptable", so a 0 asks for nothing and cannot be unsupported.
@@ -102,13 +103,15 @@ function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text
 }
 
 /**
- * structured-headers gives a Decimal with a zero fraction (5.0) as the same number as the Integer
- * 5, but RFC 9530 section 4 asks for an Integer: the field's text tells them apart, at the key's
- * last place, whose value counts (RFC 9651 section 4.2.2).
+ * The keys of a preference field whose value is written as a Decimal: structured-headers gives
+ * 5.0 as the same number as the Integer 5, but RFC 9530 section 4 asks for an Integer. Read from
+ * the field's text in one pass, at each key's last place, whose value counts (RFC 9651 section
+ * 4.2.2).
  */
-function isDecimal (text: string, key: string): boolean {
-  const places = [...text.matchAll(new RegExp(`(?:^|,)[ \\t]*${key.replace(/[.*]/g, '\\$&')}=([^,;\\s]*)`, 'g'))]
-  return /^-?\d+\./.test(places.at(-1)?.[1] as string)
+function decimalKeys (text: string): Set<string> {
+  const last = new Map<string, string>()
+  for (const [, key, value] of text.matchAll(/(?:^|,)[ \t]*([a-z*][a-z0-9_.*-]*)=([^,;\s]*)/g)) last.set(key as string, value as string)
+  return new Set([...last].filter(([, value]) => /^-?\d+\./.test(value)).map(([key]) => key))
 }
 
 function unsupportedKeys (settings: Settings, field: Field, keys: readonly string[]): UnsupportedAlgorithm[] {

@@ -15,10 +15,10 @@ import { answerWith, sendProblem } from './answer.js'
 import { hasNoDigestFields } from './fields.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem } from './problems.js'
-import { verifyRequest, watchTrailers } from './request-verification.js'
+import { TrailerWatch, verifyRequest, watchTrailers } from './request-verification.js'
 import { kSupplied, responseDigests, type SuppliedDigests } from './response-digests.js'
 import { lookupAlgorithm } from './algorithms.js'
-import type { SourceVerifier } from './verifier.js'
+import { SourceVerifier, type PendingContent } from './verifier.js'
 
 export type * from '../types/index.js'
 export {
@@ -41,7 +41,7 @@ const kSendDigests = Symbol('fastify-digest-fields.send-digests')
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
 type RouteConfig = FastifyContextConfig & { [kSettings]?: Settings | null }
-type DigestRequest = FastifyRequest & { [kVerifier]?: SourceVerifier | null }
+type DigestRequest = FastifyRequest & { [kVerifier]?: PendingContent | null }
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
@@ -133,22 +133,26 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // deliver content, which must already pass through the verifier.
   fastify.addHook('onRequest', (request: DigestRequest, reply, done) => {
     const noFields = hasNoDigestFields(request.headers)
-    if (request[kVerifier] != null || request.digest !== null) {
+    // A parent scope's registration ran first: content it took over stays with it, a mere watch
+    // for trailer fields gives way to this scope's settings.
+    const prior = request[kVerifier]
+    if (prior instanceof SourceVerifier || request.digest !== null) {
       done()
       return
     }
+    if (prior instanceof TrailerWatch) prior.detach()
     if (noFields && !anyRequired) {
-      watchTrailers(request, reply, settingsOf)
+      request[kVerifier] = watchTrailers(request, reply, settingsOf)
       done()
       return
     }
     const settings = settingsOf(request)
     if (settings === null || (noFields && !settings.required)) {
-      if (settings !== null) watchTrailers(request, reply, settingsOf)
+      request[kVerifier] = settings === null ? null : watchTrailers(request, reply, settingsOf)
       done()
       return
     }
-    verifyRequest(request, reply, settings, (verifier) => { request[kVerifier] = verifier }, done)
+    verifyRequest(request, reply, settings, settingsOf, (pending) => { request[kVerifier] = pending }, done)
   })
 
   // After the parser: a parser that took part of the content and handed no stream on (one that

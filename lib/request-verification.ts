@@ -8,7 +8,7 @@ import { declaredLength, isPartial } from './framing.js'
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
-import { compareDigests, failSource, hasIntegrityTrailer, SourceVerifier } from './verifier.js'
+import { compareDigests, failSource, hasIntegrityTrailer, readToEnd, SourceVerifier, type PendingContent } from './verifier.js'
 
 type HookDone = (error?: Error) => void
 
@@ -29,7 +29,14 @@ function distinct (algorithms: Iterable<Algorithm>): Algorithm[] {
  * content at its source, request.raw, whoever reads it. `attached` is given the verifier before
  * `done` lets the next hook run.
  */
-export function verifyRequest (request: FastifyRequest, reply: FastifyReply, settings: Settings, attached: (verifier: SourceVerifier) => void, done: HookDone): void {
+export function verifyRequest (
+  request: FastifyRequest,
+  reply: FastifyReply,
+  settings: Settings,
+  settingsOf: TrailerWatch['settingsOf'],
+  attached: (pending: PendingContent | null) => void,
+  done: HookDone
+): void {
   const headers = request.headers
   const partial = isPartial(headers['content-range'])
   const refuse = (findings: readonly Finding[]): void => { done(problemFor(settings, findings)) }
@@ -39,6 +46,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
   const length = declaredLength(request)
   if (expectations.length === 0 && announced.length === 0) {
     if (settings.required && length !== 0) return refuse([missingField(settings.algorithms.keys())])
+    attached(watchTrailers(request, reply, settingsOf))
     done()
     return
   }
@@ -55,16 +63,17 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
   // Unencoded-Digest covers the content with every content coding removed: decoded on the side when
   // a coding applies, and the bytes received otherwise.
   const unencodedAsked = announced.includes('unencoded-digest') || expectations.some(({ field }) => field === 'unencoded-digest')
-  const codings = unencodedAsked ? contentCodings(headers['content-encoding']) : []
-  if (!Array.isArray(codings)) return refuse([codings])
-  const decoded = codings.length > 0
+  const codings = contentCodings(headers['content-encoding'])
+  const coded = !Array.isArray(codings) || codings.length > 0
+  if (unencodedAsked && !Array.isArray(codings)) return refuse([codings])
+  const decoded = unencodedAsked && coded
   // A field announced for the trailer section names its algorithms only at the end, so the content
   // is hashed with every algorithm the route supports.
   const supported = announced.length > 0 ? [...settings.algorithms.values()] : []
   const onReceived = (expectation: Expectation): boolean => !decoded || expectation.field !== 'unencoded-digest'
   const algorithms = distinct([...expectations.filter(onReceived).map(({ algorithm }) => algorithm), ...supported])
   const unencoded = decoded
-    ? new UnencodedHasher(codings, distinct([...expectations.filter((e) => !onReceived(e)).map(({ algorithm }) => algorithm), ...supported]), request.routeOptions.bodyLimit)
+    ? new UnencodedHasher(codings as string[], distinct([...expectations.filter((e) => !onReceived(e)).map(({ algorithm }) => algorithm), ...supported]), request.routeOptions.bodyLimit)
     : null
   const source = request.raw
   // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
@@ -77,6 +86,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     algorithms,
     unencoded,
     partial,
+    coded,
     verified (digest) { request.digest = digest },
     failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
   })
@@ -89,42 +99,74 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
   done()
 }
 
-const kWatched = Symbol('fastify-digest-fields.watched')
+const kWatch = Symbol('fastify-digest-fields.trailer-watch')
 
-interface Watched {
-  readonly request: FastifyRequest
-  readonly reply: FastifyReply
-  readonly settingsOf: (request: FastifyRequest) => Settings | null
-}
-
-type WatchedSource = Readable & { [kWatched]?: Watched | undefined, trailers?: Record<string, string | undefined> }
+type WatchedSource = Readable & { [kWatch]?: TrailerWatch | undefined, trailers?: Record<string, string | undefined> }
 
 // Only the end is looked at: chunks pass straight on.
 function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boolean {
   if (chunk !== null) return Object.getPrototypeOf(this).push.call(this, chunk)
-  const watched = this[kWatched] as Watched
-  Reflect.deleteProperty(this, 'push')
-  this[kWatched] = undefined
-  const settings = hasIntegrityTrailer(this.trailers) ? watched.settingsOf(watched.request) : null
-  if (settings === null) return this.push(null)
-  const problem: DigestProblem = problemFor(settings, [{
-    kind: 'general',
-    detail: 'the integrity fields in the trailer section of this request cannot be verified: announce them in a Trailer field, so that the content is hashed as it arrives'
-  }])
-  answerUnheard(problem, failSource(this, problem), watched.request, watched.reply)
-  return false
+  return (this[kWatch] as TrailerWatch).end(this)
 }
 
 /**
- * A request without digest fields in its header section can still carry some in its trailer
- * section (RFC 9530 sections 2 and 3): content that can have one (chunked HTTP/1.1, HTTP/2) is
- * watched for its end, at no cost per chunk beyond a call, and refused there when the trailer
- * section has an integrity field that nothing announced, since the content was not hashed.
+ * A request without digest fields to check can still carry some in its trailer section (RFC 9530
+ * sections 2 and 3): content that can have one (chunked HTTP/1.1, HTTP/2) is watched for its end,
+ * at no cost per chunk beyond a call, and refused there when the trailer section has an integrity
+ * field, since nothing announced it and the content was not hashed. Until then, like content being
+ * verified, it holds back a success reply.
  */
-export function watchTrailers (request: FastifyRequest, reply: FastifyReply, settingsOf: Watched['settingsOf']): void {
+export class TrailerWatch implements PendingContent {
+  settled = false
+  #whenSettled: ((problem?: DigestProblem) => void) | null = null
+
+  constructor (
+    readonly request: FastifyRequest,
+    readonly reply: FastifyReply,
+    readonly settingsOf: (request: FastifyRequest) => Settings | null
+  ) {}
+
+  whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
+    this.#whenSettled = callback
+    readToEnd(this.request.raw, takeOver)
+  }
+
+  /** Gives the request back, for a later registration's hook to judge with its own settings. */
+  detach (): void {
+    const source = this.request.raw as WatchedSource
+    Reflect.deleteProperty(source, 'push')
+    source[kWatch] = undefined
+  }
+
+  end (source: WatchedSource): boolean {
+    this.settled = true
+    this.detach()
+    const whenSettled = this.#whenSettled
+    this.#whenSettled = null
+    const settings = hasIntegrityTrailer(source.trailers) ? this.settingsOf(this.request) : null
+    if (settings === null) {
+      const more = source.push(null)
+      whenSettled?.()
+      return more
+    }
+    const problem: DigestProblem = problemFor(settings, [{
+      kind: 'general',
+      detail: 'the integrity fields in the trailer section of this request cannot be verified: announce them in a Trailer field, so that the content is hashed as it arrives'
+    }])
+    const heard = failSource(source, problem)
+    if (whenSettled !== null) whenSettled(problem)
+    else answerUnheard(problem, heard, this.request, this.reply)
+    return false
+  }
+}
+
+/** Watches the request's end for trailer fields, when its framing lets it have a trailer section. */
+export function watchTrailers (request: FastifyRequest, reply: FastifyReply, settingsOf: TrailerWatch['settingsOf']): TrailerWatch | null {
   const canHaveTrailers = request.raw.httpVersionMajor === 2 ? declaredLength(request) !== 0 : request.headers['transfer-encoding'] !== undefined
-  if (!canHaveTrailers) return
+  if (!canHaveTrailers) return null
+  const watch = new TrailerWatch(request, reply, settingsOf)
   const source = request.raw as WatchedSource
-  source[kWatched] = { request, reply, settingsOf }
+  source[kWatch] = watch
   source.push = pushWatchingTrailers
+  return watch
 }

@@ -50,6 +50,8 @@ function addVary (reply: FastifyReply, fields: string): void {
  */
 function coverage (request: FastifyRequest, status: number): { content: boolean, repr: 'payload' | 'supplied' | 'none' } {
   if (status === 304) return { content: false, repr: 'supplied' }
+  // Fastify drops a 204's payload, whatever it was: the digests are those of empty content.
+  if (status === 204) return { content: true, repr: 'payload' }
   if (status < 200 || status >= 300) return { content: false, repr: 'none' }
   if (status === 206) return { content: true, repr: 'supplied' }
   return { content: request.method !== 'HEAD', repr: 'payload' }
@@ -69,7 +71,10 @@ export function responseDigests (settings: Settings): onSendHookHandler {
   return function sendDigests (request, reply: DigestReply, payload, done) {
     const wantContent = request.headers['want-content-digest']
     const wantRepr = request.headers['want-repr-digest']
-    const supplied = reply[kSupplied] ?? null
+    // A content coding added after the handler (@fastify/compress) changes the representation
+    // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
+    const encoding = reply.getHeader('content-encoding')
+    const supplied = encoding === undefined || encoding === 'identity' ? reply[kSupplied] ?? null : null
     if (wantContent === undefined && wantRepr === undefined && !unsolicitedContent && !unsolicitedRepr) {
       done(null, payload)
       return
@@ -108,7 +113,8 @@ export function responseDigests (settings: Settings): onSendHookHandler {
       done(null, payload)
       return
     }
-    if (typeof (payload as Readable | null)?.pipe === 'function') {
+    const content = reply.statusCode === 204 ? '' : payload ?? ''
+    if (typeof (content as Readable).pipe === 'function') {
       // A HEAD response sends no content, and its stream is not read: nothing to hash.
       if (request.method === 'HEAD') {
         done(null, payload)
@@ -117,8 +123,10 @@ export function responseDigests (settings: Settings): onSendHookHandler {
       done(null, hashWhileSending(reply, payload as Readable, toHash))
       return
     }
-    const content = payload === null || payload === undefined ? '' : payload as string | Buffer
-    for (const [name, algorithm] of toHash) reply.header(name, field(algorithm, algorithm.digest(content)))
+    // A web stream or a Response is sent as Fastify reads it, beyond this hook's reach: no digest.
+    if (typeof content === 'string' || Buffer.isBuffer(content)) {
+      for (const [name, algorithm] of toHash) reply.header(name, field(algorithm, algorithm.digest(content)))
+    }
     done(null, payload)
   }
 }

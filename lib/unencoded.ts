@@ -15,13 +15,19 @@ const decoders: ReadonlyMap<string, () => Transform> = new Map([
     .filter((entry): entry is [string, () => Transform] => typeof entry[1] === 'function')
 ])
 
+// More codings than anyone applies would only make the server set up decoders for nothing.
+const maxCodings = 4
+
 /**
  * The content codings of a request, in the order they were applied, without identity; or the
- * finding that one cannot be removed, which makes Unencoded-Digest unverifiable.
+ * finding that they cannot be removed, which makes Unencoded-Digest unverifiable.
  */
 export function contentCodings (contentEncoding: string | undefined): string[] | GeneralFinding {
   if (contentEncoding === undefined) return []
   const codings = contentEncoding.toLowerCase().split(',').map((coding) => coding.trim()).filter((coding) => coding !== '' && coding !== 'identity')
+  if (codings.length > maxCodings) {
+    return { kind: 'general', detail: `Unencoded-Digest cannot be verified: this server removes at most ${maxCodings} content codings` }
+  }
   const unknown = codings.find((coding) => !decoders.has(coding))
   if (unknown === undefined) return codings
   return { kind: 'general', detail: `Unencoded-Digest cannot be verified: this server cannot remove the content coding ${unknown}` }
@@ -40,7 +46,6 @@ export class UnencodedHasher {
   readonly #algorithms: readonly Algorithm[]
   readonly #hashes: Hash[]
   readonly #limit: number
-  #decoded = 0
   #finding: GeneralFinding | null = null
 
   constructor (codings: readonly string[], algorithms: readonly Algorithm[], limit: number) {
@@ -52,14 +57,18 @@ export class UnencodedHasher {
     this.#algorithms = algorithms
     this.#hashes = algorithms.map((algorithm) => algorithm.createHash())
     this.#limit = limit
-    for (const decoder of chain) decoder.on('error', (error: Error) => this.#fail(`the content does not decode: ${error.message}`))
+    for (const decoder of chain) {
+      decoder.on('error', (error: Error) => this.#fail(`the content does not decode: ${error.message}`))
+      // Every stage is bounded, not only the last: a decoder ignores bytes after the end of its
+      // stream, so an inner stage could decode gigabytes that never reach the last.
+      let decoded = 0
+      decoder.on('data', (chunk: Buffer) => {
+        decoded += chunk.length
+        if (decoded > this.#limit) this.#fail(`the content decodes to more than ${this.#limit} bytes`, 413)
+      })
+    }
     this.#last.on('data', (chunk: Buffer) => {
-      this.#decoded += chunk.length
-      if (this.#decoded > this.#limit) {
-        this.#fail(`the content decodes to more than ${this.#limit} bytes`, 413)
-        return
-      }
-      for (const hash of this.#hashes) hash.update(chunk)
+      if (this.#finding === null) for (const hash of this.#hashes) hash.update(chunk)
     })
   }
 

@@ -44,6 +44,16 @@ export function compareDigests (expectations: readonly Expectation[], digests: D
   return mismatched.length > 0 ? mismatched : { fields, values, unencoded }
 }
 
+/** Content whose verdict may still be pending when a later hook or the reply needs it. */
+export interface PendingContent {
+  readonly settled: boolean
+  /**
+   * Calls `callback` once the content is verified, with the problem if it is not; the rest of the
+   * content is read to its end (see readToEnd), letting its readers go with `takeOver`.
+   */
+  whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void
+}
+
 /** What the verifier needs to know about a request, and what it tells the plugin. */
 export interface Verification {
   readonly settings: Settings
@@ -55,6 +65,8 @@ export interface Verification {
   readonly unencoded: UnencodedHasher | null
   /** Whether Content-Range makes the request partial (its Repr-Digest is not compared). */
   readonly partial: boolean
+  /** Whether a content coding applies, which an Unencoded-Digest must be checked without. */
+  readonly coded: boolean
   /** Receives what was verified, just before the content ends for its readers. */
   verified (digest: VerifiedDigest): void
   /**
@@ -72,7 +84,7 @@ const kVerifier = Symbol('fastify-digest-fields.source-verifier')
 type Source = Readable & {
   [kVerifier]?: SourceVerifier | undefined
   trailers?: IncomingHttpHeaders
-  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean }
+  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean, pipes: unknown[] }
 }
 
 const nothing = Buffer.alloc(0)
@@ -111,6 +123,23 @@ export function failSource (source: Readable, problem: DigestProblem): boolean {
   return heard
 }
 
+/**
+ * Makes a request's content flow to its end, as Node dumps a request nobody reads. Readers that
+ * stopped are let go when `takeOver` says so, and when they hold the stream paused without a pipe
+ * (a pipe paused by backpressure resumes by itself): a paused reader or a 'readable' listener
+ * would otherwise hold the end, and the verdict, back for ever.
+ */
+export function readToEnd (source: Readable, takeOver: boolean): void {
+  if (takeOver || (source.readableFlowing === false && (source as Source)._readableState.pipes.length === 0)) {
+    source.removeAllListeners('readable')
+    source.removeAllListeners('data')
+  }
+  if (source.listenerCount('data') + source.listenerCount('readable') === 0) {
+    source.on('data', discard)
+    source.resume()
+  }
+}
+
 /** Whether a trailer section carries an integrity field. */
 export function hasIntegrityTrailer (trailers: IncomingHttpHeaders | undefined): boolean {
   return trailers !== undefined && integrityFields.some((field) => trailers[field] !== undefined)
@@ -128,7 +157,7 @@ export function hasIntegrityTrailer (trailers: IncomingHttpHeaders | undefined):
  * knows where the content ends from its own framing (a multipart boundary, a JSON value, a length)
  * then never holds all of it before it is verified.
  */
-export class SourceVerifier {
+export class SourceVerifier implements PendingContent {
   settled = false
   readonly #source: Source
   readonly #push: (chunk: Buffer | null) => boolean
@@ -165,23 +194,9 @@ export class SourceVerifier {
     this.#source.push = pushThroughVerifier
   }
 
-  /**
-   * Calls `callback` once the content is verified, with the problem if it is not. With `takeOver`,
-   * or when nobody reads it any more, the rest of the content is read and discarded here, as Node
-   * dumps a request nobody reads: a parser that sniffed the first chunk and stopped is let go
-   * ('readable' listeners would hold the stream paused).
-   */
   whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
     this.#whenSettled = callback
-    const source = this.#source
-    if (takeOver) {
-      source.removeAllListeners('readable')
-      source.removeAllListeners('data')
-    }
-    if (source.listenerCount('data') + source.listenerCount('readable') === 0) {
-      source.on('data', discard)
-      source.resume()
-    }
+    readToEnd(this.#source, takeOver)
   }
 
   receive (chunk: Buffer | string | null): boolean {
@@ -258,7 +273,7 @@ export class SourceVerifier {
   }
 
   #verdict (received: Map<Algorithm, Buffer>, unencoded: Map<Algorithm, Buffer> | Finding | null): VerifiedDigest | Finding[] {
-    const { settings, expectations, partial } = this.#verification
+    const { settings, expectations, partial, coded } = this.#verification
     let all = expectations
     const trailers = this.#source.trailers
     if (hasIntegrityTrailer(trailers)) {
@@ -266,6 +281,10 @@ export class SourceVerifier {
       // section's, with the same problem types.
       const judgement = judgeFields(trailers as IncomingHttpHeaders, settings, partial)
       if (judgement.findings.length > 0) return [...judgement.findings]
+      // Coded content was decoded only for a field the header section named or announced.
+      if (coded && this.#verification.unencoded === null && judgement.expectations.some(({ field }) => field === 'unencoded-digest')) {
+        return [{ kind: 'general', detail: 'Unencoded-Digest in the trailer section cannot be verified: the content was not decoded for it; announce it in a Trailer field' }]
+      }
       all = [...expectations, ...judgement.expectations]
     }
     if (unencoded !== null && !(unencoded instanceof Map)) return [unencoded]

@@ -131,6 +131,7 @@ t.test('206, HEAD, 304 and 204 as RFC 9530 says', async (t) => {
       return reply.code(304).send()
     })
     app.delete('/gone', async (_request, reply) => reply.code(204).send())
+    app.get('/nothing', async (_request, reply) => reply.send())
   })
   const want = { 'want-repr-digest': 'sha-256=1', 'want-content-digest': 'sha-256=1' }
   const partial = await app.inject({ method: 'GET', url: '/partial', headers: want })
@@ -147,6 +148,8 @@ t.test('206, HEAD, 304 and 204 as RFC 9530 says', async (t) => {
   t.equal((await app.inject({ method: 'GET', url: '/unchanged', headers: { ...want, 'x-supply': 'yes' } })).headers['repr-digest'], member('sha-256', whole))
   const gone = await app.inject({ method: 'DELETE', url: '/gone', headers: want })
   t.equal(gone.headers['content-digest'], member('sha-256', ''), 'a 204 has no content: the digest of empty content')
+  const nothing = await app.inject({ method: 'GET', url: '/nothing', headers: want })
+  t.equal(nothing.headers['content-digest'], member('sha-256', ''), 'a 200 without a payload: the digest of empty content')
 })
 
 for (const compressFirst of [true, false]) {

@@ -1,7 +1,7 @@
 import t from 'tap'
 import Fastify from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { hello, helloSha256, json, member, problemTypes } from './helpers.js'
+import { hello, helloSha256, json, listen, member, problemTypes, rawRequest } from './helpers.js'
 
 // Every route in the plugin's scope is verified, whatever the order of declaration, and so is the
 // not-found handler; the application can register the plugin as it registers any other.
@@ -84,4 +84,11 @@ t.test('registering again in a child scope sets that scope\'s defaults', async (
   const answered = await app.inject({ method: 'POST', url: '/inner', payload: hello, headers: { ...json, 'content-digest': member('sha-512', hello), 'want-repr-digest': 'sha-256=9, sha-512=1' } })
   t.equal(answered.headers.vary, 'Want-Repr-Digest')
   t.equal(answered.headers['repr-digest'], member('sha-512', 'inner'))
+  // A chunked request the parent only watches for trailer fields is judged by the child's settings.
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const chunked = (url: string) => rawRequest(port, [`POST ${url} HTTP/1.1`, 'Host: localhost', 'Content-Type: application/json', 'Transfer-Encoding: chunked'],
+    [Buffer.from(`${hello.length.toString(16)}\r\n${hello}\r\n0\r\n\r\n`)])
+  t.equal((await chunked('/outer')).status, 200)
+  t.match(JSON.parse((await chunked('/inner')).body).detail, /requires a Content-Digest/)
 })
