@@ -1,5 +1,5 @@
 import { createHash, hash, type Hash } from 'node:crypto'
-import type { DigestAlgorithm } from '../types/index.js'
+import type { DigestAlgorithm } from './types.js'
 
 /** One entry of the IANA "Hash Algorithms for HTTP Digest Fields" registry that Node can compute. */
 export interface Algorithm {

@@ -6,7 +6,8 @@ import type { DigestProblem } from './problems.js'
  * also when the response discloses nothing.
  */
 export function answerWith (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): Buffer {
-  request.log.info({ problemType: problem.type }, problem.message)
+  // abstract-logging, Fastify's logger when logging is off, has no `silent`.
+  if (problem.logLevel !== 'silent') request.log[problem.logLevel]({ problemType: problem.type, digestFields: problem.found }, problem.message)
   reply
     .code(problem.statusCode)
     .headers(problem.headers)

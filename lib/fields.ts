@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { isInnerList, parseDictionary, type Dictionary, type InnerList, type Item } from 'structured-headers'
-import type { DigestFieldName } from '../types/index.js'
+import type { DigestFieldName } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import type { FieldName, Finding, IntegrityFieldName, InvalidValue, UnsupportedAlgorithm } from './findings.js'
 import type { Settings } from './options.js'

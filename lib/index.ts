@@ -10,7 +10,7 @@ import type {
 } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Readable } from 'node:stream'
-import type { FastifyDigestFieldsOptions } from '../types/index.js'
+import type { FastifyDigestFieldsOptions } from './types.js'
 import { answerWith, sendProblem } from './answer.js'
 import { hasNoDigestFields } from './fields.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
@@ -20,7 +20,7 @@ import { kSupplied, responseDigests, type SuppliedDigests } from './response-dig
 import { lookupAlgorithm } from './algorithms.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
 
-export type * from '../types/index.js'
+export type * from './types.js'
 export {
   DigestProblem,
   digestProblemSchemas,

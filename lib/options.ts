@@ -1,3 +1,4 @@
+import type { LogLevel } from 'fastify'
 import { serializeDictionary, type Item } from 'structured-headers'
 import type {
   DigestAlgorithms,
@@ -6,7 +7,7 @@ import type {
   DigestRouteOptions,
   ResponseDigestField,
   FastifyDigestFieldsOptions
-} from '../types/index.js'
+} from './types.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
 
 /** Options normalized once, at registration or route declaration; every request reads only this. */
@@ -21,6 +22,7 @@ export interface Settings {
   readonly required: boolean
   readonly disclosure: DigestDisclosure
   readonly problemTypes: DigestProblemTypes
+  readonly problemLogLevel: LogLevel
   /** The digest fields sent on every successful response, asked for or not. */
   readonly responseDigests: readonly ResponseDigestField[]
   /** Problem type URIs are this plus the type name. */
@@ -32,7 +34,8 @@ const defaultProblemTypesBase = 'https://iana.org/assignments/http-problem-types
 const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest', 'none']
 const shapes: readonly DigestProblemTypes[] = ['draft-00', 'registered']
 const responseFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest']
-const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'responseDigests']
+const logLevels: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
+const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests']
 const pluginKeys = [...routeKeys, 'problemTypesBase']
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
@@ -109,10 +112,12 @@ function build (where: string, options: DigestRouteOptions, inherited: Settings 
     required = inherited?.required ?? false,
     disclosure = inherited?.disclosure ?? 'full',
     problemTypes = inherited?.problemTypes ?? 'draft-00',
+    problemLogLevel = inherited?.problemLogLevel ?? 'info',
     responseDigests = inherited?.responseDigests ?? []
   } = options
   checkOneOf(where, 'disclosure', disclosures, disclosure)
   checkOneOf(where, 'problemTypes', shapes, problemTypes)
+  checkOneOf(where, 'problemLogLevel', logLevels, problemLogLevel)
   if (!Array.isArray(responseDigests) || !responseDigests.every((name) => responseFields.includes(name))) {
     fail(where, `responseDigests must be a list of ${responseFields.join(', ')}, got ${show(responseDigests)}`)
   }
@@ -121,6 +126,7 @@ function build (where: string, options: DigestRouteOptions, inherited: Settings 
     required: checkBoolean(where, 'required', required),
     disclosure,
     problemTypes,
+    problemLogLevel,
     responseDigests,
     typeBase
   }

@@ -1,8 +1,10 @@
+import type { LogLevel } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
-import type { DigestProblemDocument, DraftProblemDocument } from '../types/index.js'
+import type { DigestProblemDocument, DraftProblemDocument } from './types.js'
 import {
   preferenceFieldOf,
   type DigestFinding,
+  type FieldName,
   type Finding,
   type GeneralFinding,
   type InvalidValue,
@@ -132,6 +134,11 @@ export class DigestProblem extends Error {
     super(message)
     this.name = 'DigestProblem'
   }
+
+  /** The level of the problem's log line, the route's `problemLogLevel`. */
+  logLevel: LogLevel = 'info'
+  /** What the log line names: each field and algorithm found wrong, never a digest value. */
+  found: ReadonlyArray<{ readonly field: FieldName, readonly algorithm: string }> = []
 }
 
 // RFC 9457 section 4.2.1: the title of about:blank is the status phrase.
@@ -237,6 +244,10 @@ export function problemFor (settings: Settings, findings: readonly Finding[]): D
   const problem = first.kind === 'general'
     ? general(settings, first)
     : settings.problemTypes === 'registered' ? registered(settings, findings as readonly DigestFinding[]) : draft00(settings, findings as readonly DigestFinding[])
-  if (settings.disclosure !== 'none' || problem.statusCode !== 400) return problem
-  return new DigestProblem(problem.type, problem.message, undisclosed, generalProblemSchema)
+  const answer = settings.disclosure !== 'none' || problem.statusCode !== 400
+    ? problem
+    : new DigestProblem(problem.type, problem.message, undisclosed, generalProblemSchema)
+  answer.logLevel = settings.problemLogLevel
+  answer.found = findings.flatMap((finding) => finding.kind === 'general' ? [] : [{ field: finding.header, algorithm: finding.algorithm }])
+  return answer
 }

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { Hash } from 'node:crypto'
 import { pipeline, Transform, type Readable } from 'node:stream'
 import { parseDictionary, serializeByteSequence } from 'structured-headers'
-import type { DigestAlgorithm } from '../types/index.js'
+import type { DigestAlgorithm } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import type { Settings } from './options.js'
 

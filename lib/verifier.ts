@@ -1,7 +1,7 @@
 import { timingSafeEqual, type Hash } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
-import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from '../types/index.js'
+import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import { integrityFields, judgeFields, type Expectation } from './fields.js'
 import { missingField, type Finding, type MismatchedValue } from './findings.js'

@@ -86,9 +86,13 @@ t.test('Fastify errors keep their own status, not a digest problem', async (t) =
   t.equal(badJson.json().code, 'FST_ERR_CTP_INVALID_JSON_BODY')
 })
 
-t.test('logs each problem once, at info level, with its type', async (t) => {
+function logLines (): { lines: Array<Record<string, unknown>>, stream: { write: (line: string) => void } } {
   const lines: Array<Record<string, unknown>> = []
-  const stream = { write: (line: string) => { lines.push(JSON.parse(line)) } }
+  return { lines, stream: { write: (line: string) => { lines.push(JSON.parse(line)) } } }
+}
+
+t.test('logs each problem once, at info level, with its type, fields and algorithms', async (t) => {
+  const { lines, stream } = logLines()
   const app = Fastify({ logger: { level: 'info', stream } })
   await app.register(fastifyDigestFields, { disclosure: 'none' })
   app.post('/', async () => 'ok')
@@ -99,6 +103,52 @@ t.test('logs each problem once, at info level, with its type', async (t) => {
   t.equal(problems[0]?.level, 30)
   // The log keeps what the response withholds.
   t.equal(problems[0]?.problemType, problemTypes + 'digest-mismatching-value')
-  t.equal(problems[0]?.msg, 'Mismatching Digest Value: Content-Digest sha-256', 'the field and the algorithm, never a digest value')
+  t.same(problems[0]?.digestFields, [{ field: 'Content-Digest', algorithm: 'sha-256' }])
+  t.equal(problems[0]?.msg, 'Mismatching Digest Value: Content-Digest sha-256')
   t.notOk(lines.some((line) => (line.level as number) >= 40), 'nothing else logged a warning or an error')
+})
+
+t.test('the log line names every field and algorithm found, and never a digest value', async (t) => {
+  const { lines, stream } = logLines()
+  const app = Fastify({ logger: { level: 'info', stream } })
+  await app.register(fastifyDigestFields)
+  app.post('/', async () => 'ok')
+  const provided = [member('sha-256', 'x'), member('sha-512', 'x')]
+  const response = await app.inject({
+    method: 'POST',
+    url: '/',
+    payload: hello,
+    headers: { ...json, 'content-digest': provided.join(', '), 'repr-digest': provided[1] }
+  })
+  t.equal(response.statusCode, 400)
+  const [line] = lines.filter((line) => 'problemType' in line)
+  t.same(line?.digestFields, [
+    { field: 'Content-Digest', algorithm: 'sha-256' },
+    { field: 'Content-Digest', algorithm: 'sha-512' },
+    { field: 'Repr-Digest', algorithm: 'sha-512' }
+  ])
+  const logged = JSON.stringify(lines)
+  for (const value of [...provided.map((field) => field.split('=:')[1]?.slice(0, -1)), response.json()['calculated-digest'].slice(1, -1)]) {
+    t.notOk(logged.includes(value as string), `no digest value in the log: ${String(value)}`)
+  }
+})
+
+t.test('problemLogLevel sets the level of the log line, per route', async (t) => {
+  const { lines, stream } = logLines()
+  const app = Fastify({ logger: { level: 'debug', stream } })
+  await app.register(fastifyDigestFields, { problemLogLevel: 'warn' })
+  app.post('/warn', async () => 'ok')
+  app.post('/debug', { config: { digest: { problemLogLevel: 'debug' } } }, async () => 'ok')
+  app.post('/silent', { config: { digest: { problemLogLevel: 'silent' } } }, async () => 'ok')
+  for (const url of ['/warn', '/debug', '/silent']) {
+    t.equal((await app.inject({ method: 'POST', url, payload: hello, headers: mismatch })).statusCode, 400, url)
+  }
+  t.same(lines.filter((line) => 'problemType' in line).map((line) => line.level), [40, 20], 'warn, debug, and nothing for silent')
+})
+
+t.test('a silent problem log line is not written to a disabled logger either', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields, { problemLogLevel: 'silent' })
+  app.post('/', async () => 'ok')
+  t.equal((await app.inject({ method: 'POST', url: '/', payload: hello, headers: mismatch })).statusCode, 400)
 })

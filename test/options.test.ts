@@ -29,6 +29,7 @@ t.test('rejects bad options at registration with a message naming the bad value'
     [{ strictAlgorithms: 'yes' }, /strictAlgorithms must be true or false, got 'yes'/],
     [{ required: 1 }, /required must be true or false, got 1/],
     [{ disclosure: 'some' }, /disclosure must be one of full, no-calculated-digest, none, got 'some'/],
+    [{ problemLogLevel: 'notice' }, /problemLogLevel must be one of fatal, error, warn, info, debug, trace, silent, got 'notice'/],
     [{ problemTypesBase: 'not a uri' }, /problemTypesBase must be an absolute URI without a fragment, got 'not a uri'/],
     [{ problemTypesBase: 'https://example.com/problems#x' }, /without a fragment/],
     [{ algorithm: ['sha-256'] }, /unknown option 'algorithm'/],

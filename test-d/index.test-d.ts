@@ -10,7 +10,7 @@ import fastifyDigestFields, {
   type RegisteredProblemDocument,
   type FastifyDigestFieldsOptions,
   type VerifiedDigest
-} from '../dist/index.js'
+} from 'fastify-digest-fields'
 
 const app = Fastify()
 

@@ -1,5 +1,6 @@
-// The public type contract of fastify-digest-fields. lib/ implements it; index.test-d.ts pins it.
-import 'fastify'
+// The public type contract of fastify-digest-fields: the rest of lib/ implements it, and
+// test-d/index.test-d.ts pins it. Types only, so nothing of it is loaded at run time.
+import type { LogLevel } from 'fastify'
 
 /** Algorithm keys of the IANA "Hash Algorithms for HTTP Digest Fields" registry this plugin can compute. */
 export type DigestAlgorithm = 'sha-256' | 'sha-512' | 'md5' | 'sha'
@@ -44,6 +45,11 @@ export interface DigestRouteOptions {
   disclosure?: DigestDisclosure
   /** Default `'draft-00'`. */
   problemTypes?: DigestProblemTypes
+  /**
+   * The level of the log line each problem gets, which names its type, fields and algorithms
+   * (never a digest value), whatever the response discloses. Default `'info'`.
+   */
+  problemLogLevel?: LogLevel
   /**
    * Digest fields sent on every successful response, with the route's most preferred algorithm,
    * whether or not the request asked (`Want-Content-Digest`, `Want-Repr-Digest` are always
