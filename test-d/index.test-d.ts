@@ -1,4 +1,4 @@
-import Fastify, { type FastifyContextConfig, type FastifyPluginAsync } from 'fastify'
+import Fastify, { type FastifyContextConfig, type FastifyPluginAsync, type RouteShorthandOptions } from 'fastify'
 import { expectAssignable, expectError, expectNotAssignable, expectType } from 'tsd'
 import fastifyDigestFields, {
   digestProblemSchemas,
@@ -48,7 +48,24 @@ app.put('/items/:id', { config: { digest: { algorithms: ['sha-512'] } } }, async
   return 'ok'
 })
 app.get('/health', { config: { digest: false } }, async () => 'ok')
-// Route shorthands infer their config type, so the contract is pinned on FastifyContextConfig itself.
+// Route shorthands and app.route() infer the route's config type from the object and intersect it
+// with FastifyContextConfig: a known setting of the wrong type is an error there...
+expectError(app.post('/wrong-type', { config: { digest: { disclosure: 'some' } } }, async () => 'ok'))
+expectError(app.post('/wrong-type', { config: { digest: { required: 'yes' } } }, async () => 'ok'))
+// ...but an unknown key, `digest: true` or an unknown algorithm key is not (the plugin throws when
+// the route is declared). These lines compile, as the README says.
+app.post('/unknown-key', { config: { digest: { requird: true } } }, async () => 'ok')
+app.route({ method: 'POST', url: '/true', config: { digest: true }, handler: async () => 'ok' })
+app.post('/unknown-algorithm', { config: { digest: { algorithms: ['sha-1'] } } }, async () => 'ok')
+// `satisfies FastifyContextConfig`, or a typed options object, checks all of it.
+expectError(app.post('/x', { config: { digest: { requird: true } } satisfies FastifyContextConfig }, async () => 'ok'))
+expectError(app.post('/x', { config: { digest: true } satisfies FastifyContextConfig }, async () => 'ok'))
+expectError(app.post('/x', { config: { digest: { algorithms: ['sha-1'] } } satisfies FastifyContextConfig }, async () => 'ok'))
+expectNotAssignable<RouteShorthandOptions>({ config: { digest: true } })
+expectNotAssignable<RouteShorthandOptions>({ config: { digest: { algorithms: ['sha-1'] } } })
+app.post('/typed', { config: { digest: { required: true } } } satisfies RouteShorthandOptions, async () => 'ok')
+expectAssignable<DigestRouteOptions>({ problemLogLevel: 'warn' })
+expectNotAssignable<DigestRouteOptions>({ problemLogLevel: 'notice' })
 expectAssignable<FastifyContextConfig>({ digest: { strictAlgorithms: true } })
 expectNotAssignable<FastifyContextConfig>({ digest: true })
 expectNotAssignable<FastifyContextConfig>({ digest: { problemTypesBase: 'https://example.com' } })
