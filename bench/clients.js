@@ -1,4 +1,5 @@
-// The load side of the benchmark: child servers, autocannon runs and 1 GiB streamed uploads.
+// The load side of the benchmark: child processes (servers and the createHash floor), autocannon
+// runs, and streamed uploads and downloads.
 import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { request } from 'node:http'
@@ -6,10 +7,10 @@ import { cpus } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
 
-// On two or more cores, servers run on the last core and the load generator on the first, so that
-// neither takes time from the other and the server's work is what limits the rate.
-const serverCore = cpus().length - 1
-const pinned = serverCore > 0 && (() => {
+// On two or more cores, children run on the last core and this process (the load generator) on
+// the first, so that neither takes time from the other and the server's work limits the rate.
+const childCore = cpus().length - 1
+export const pinned = childCore > 0 && (() => {
   try {
     execFileSync('taskset', ['-cp', '0', String(process.pid)], { stdio: 'ignore' })
     return true
@@ -18,16 +19,19 @@ const pinned = serverCore > 0 && (() => {
   }
 })()
 
-/** Starts `bench/server.js <variant>` in its own process; resolves once it listens. */
+function startChild (script, args) {
+  const path = fileURLToPath(new URL(script, import.meta.url))
+  // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of every child into dir.
+  const node = [process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), path, ...args]
+  const [command, rest] = pinned ? ['taskset', ['-c', String(childCore), ...node]] : [node[0], node.slice(1)]
+  return spawn(command, rest, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
+}
+
+/** Starts `bench/server.js <variant>` in a fresh process; resolves once it listens. */
 export async function startServer (variant) {
-  const script = fileURLToPath(new URL('./server.js', import.meta.url))
-  // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of every server into dir.
-  const node = [process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), script, variant]
-  const [command, args] = pinned ? ['taskset', ['-c', String(serverCore), ...node]] : [node[0], node.slice(1)]
-  const child = spawn(command, args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
+  const child = startChild('./server.js', [variant])
   const [{ port }] = await once(child, 'message')
   return {
-    variant,
     url: `http://127.0.0.1:${port}`,
     /** CPU seconds used so far and peak RSS in bytes. */
     async stats () {
@@ -42,16 +46,35 @@ export async function startServer (variant) {
   }
 }
 
-/**
- * Requests per second that autocannon sustains for one request shape. Pipelined, as Fastify's own
- * benchmarks are, so that the client's per-request cost does not cap the rate.
- */
-export async function requestsPerSecond ({ url, path, headers, body, connections, pipelining, seconds }) {
-  const result = await autocannon({ url: url + path, method: 'POST', headers, body, connections, pipelining, duration: seconds })
-  if (result.errors > 0 || result.non2xx > 0) {
-    throw new Error(`${url}${path}: ${result.errors} errors, ${result.non2xx} non-2xx responses`)
+/** CPU seconds that crypto.createHash alone needs for `mib` MiB in `chunkBytes` chunks, in a fresh process. */
+export async function hashAlone (algorithm, mib, chunkBytes) {
+  const child = startChild('./hash-alone.js', [algorithm, String(mib), String(chunkBytes)])
+  const [{ cpu }] = await once(child, 'message')
+  await once(child, 'exit')
+  return cpu
+}
+
+async function load (options) {
+  const result = await autocannon(options)
+  if (result.errors > 0 || result.non2xx > 0 || result.timeouts > 0) {
+    throw new Error(`${options.url}: ${result.errors} errors, ${result.timeouts} timeouts, ${result.non2xx} non-2xx responses`)
   }
-  return result.requests.average
+  return result
+}
+
+/**
+ * Requests per second that autocannon sustains for one request shape. A warm-up run of `warmup`
+ * seconds sets how many requests the measured run sends (about `seconds` worth), and the rate is
+ * that count over the measured run's own wall time: a few large bodies a second are then not
+ * rounded to whole requests, nor cut off in flight at the end.
+ */
+export async function requestsPerSecond ({ url, path, headers, body, connections, pipelining, warmup, seconds }) {
+  const options = { url: url + path, method: 'POST', headers, body, connections, pipelining }
+  const calibration = await load({ ...options, duration: warmup })
+  const amount = Math.max(connections * pipelining * 4, Math.round(calibration.requests.total / warmup * seconds))
+  const started = process.hrtime.bigint()
+  await load({ ...options, amount })
+  return amount / (Number(process.hrtime.bigint() - started) / 1e9)
 }
 
 /** Streams `blocks` copies of `block` to PUT /upload; resolves with the wall time in seconds. */
@@ -75,4 +98,16 @@ export async function upload (url, block, blocks, headers) {
   const status = await response
   if (status !== 200) throw new Error(`upload to ${url} answered ${status}`)
   return Number(process.hrtime.bigint() - started) / 1e9
+}
+
+/** Downloads GET /download?mib=; resolves with the bytes received and the Repr-Digest trailer. */
+export function download (url, mib, headers) {
+  return new Promise((resolve, reject) => {
+    request(`${url}/download?mib=${mib}`, { headers }, (response) => {
+      let bytes = 0
+      response.on('data', (chunk) => { bytes += chunk.length })
+      response.on('end', () => resolve({ bytes, trailer: response.trailers['repr-digest'] }))
+      response.on('error', reject)
+    }).on('error', reject).end()
+  })
 }

@@ -1,160 +1,178 @@
-// `npm run bench`: every configuration in its own process, rounds interleaved (A B C A B C ...),
-// medians reported, so that drift on a noisy machine falls on every configuration alike.
-// BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB shorten or lengthen it; BENCH_ONLY=large (or
-// small, sweep) runs one part and prints its medians without writing the report.
+// `npm run bench`: a benchmark that cannot flatter. Every measurement gets a fresh server process
+// and a warm-up; the configurations of a part run once a round in a new shuffled order each round;
+// servers (and the createHash floor) run on one core and the load generator on another when
+// taskset can pin them; every comparison is a ratio taken within a round, reported as the median
+// of the rounds with their range.
+// BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB lengthen or shorten it, BENCH_SEED replays an
+// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads runs some parts and prints their
+// samples without writing the report.
 import { createHash, randomBytes } from 'node:crypto'
-import { cpus } from 'node:os'
-import { requestsPerSecond, startServer, upload } from './clients.js'
+import { download, hashAlone, pinned, requestsPerSecond, startServer, upload } from './clients.js'
 import { writeReport } from './report.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
 const seconds = Number(process.env.BENCH_SECONDS ?? 5)
 const uploadMiB = Number(process.env.BENCH_UPLOAD_MIB ?? 1024)
+const seed = Number(process.env.BENCH_SEED ?? Math.floor(Math.random() * 2 ** 31))
+const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads').split(',')
 const KiB = 1024
 const MiB = 1024 * KiB
+const log = (line) => process.stderr.write(line + '\n')
+log(`bench: seed ${seed} (BENCH_SEED replays the order), ${pinned ? 'pinned with taskset' : 'not pinned'}`)
 
-const median = (values) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
+// mulberry32, so that BENCH_SEED replays the order of a run.
+let state = seed >>> 0
+function random () {
+  state = (state + 0x6d2b79f5) >>> 0
+  let x = Math.imul(state ^ (state >>> 15), state | 1)
+  x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
+  return ((x ^ (x >>> 14)) >>> 0) / 4294967296
 }
+
+function shuffled (list) {
+  const result = [...list]
+  for (let i = result.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1))
+    ;[result[i], result[j]] = [result[j], result[i]]
+  }
+  return result
+}
+
 const digestField = (algorithm, chunks) => {
   const hash = createHash(algorithm === 'sha-256' ? 'sha256' : 'sha512')
   for (const chunk of chunks) hash.update(chunk)
   return `${algorithm}=:${hash.digest('base64')}:`
 }
-const log = (line) => process.stderr.write(line + '\n')
 
-/** Runs each named measurement once a round, in the same order every round; returns medians. */
-async function interleave (names, measure) {
+/** Measures every configuration once a round, in a new random order each round: samples by name, in round order. */
+async function measureRounds (label, names, measure) {
   const samples = Object.fromEntries(names.map((name) => [name, []]))
   for (let round = 0; round < rounds; round++) {
-    for (const name of names) {
-      const value = await measure(name)
-      samples[name].push(value)
-      log(`round ${round + 1}/${rounds} ${name}: ${JSON.stringify(value)}`)
+    for (const name of shuffled(names)) {
+      const sample = await measure(name)
+      samples[name].push(sample)
+      log(`${label} round ${round + 1}/${rounds} ${name}: ${JSON.stringify(sample)}`)
     }
   }
   return samples
 }
 
-async function smallRequests (servers) {
+async function withServer (variant, use) {
+  const server = await startServer(variant)
+  try {
+    return await use(server)
+  } finally {
+    await server.stop()
+  }
+}
+
+async function smallRequests (pipelining) {
   // A 1 KiB JSON document: a few fields and a description that pads it to exactly 1024 bytes.
   const fields = { id: 42, name: 'quarterly report', tags: ['finance', 'q3'], description: '' }
-  const payload = JSON.stringify({ ...fields, description: 'x'.repeat(KiB - JSON.stringify(fields).length) })
+  const body = JSON.stringify({ ...fields, description: 'x'.repeat(KiB - JSON.stringify(fields).length) })
+  const sha256 = { 'content-digest': digestField('sha-256', [body]) }
   const configs = {
-    'bare Fastify': [servers.bare, {}],
-    'plugin, no digest field': [servers.plugin, {}],
-    'plugin, sha-256 Content-Digest': [servers.plugin, { 'content-digest': digestField('sha-256', [payload]) }],
-    'plugin, sha-512 Content-Digest': [servers.plugin, { 'content-digest': digestField('sha-512', [payload]) }],
-    'hand-written, sha-256 Content-Digest': [servers.handwritten, { 'content-digest': digestField('sha-256', [payload]) }]
-  }
-  const measure = (name, duration = seconds) => {
-    const [server, headers] = configs[name]
-    return requestsPerSecond({
-      url: server.url, path: '/json', headers: { 'content-type': 'application/json', ...headers }, body: payload, connections: 64, pipelining: 10, seconds: duration
-    })
-  }
-  for (const name of Object.keys(configs)) await measure(name, 1)
-  const samples = await interleave(Object.keys(configs), measure)
-  return { bytes: Buffer.byteLength(payload), samples }
-}
-
-async function largeUploads () {
-  const block = randomBytes(MiB)
-  const blocks = uploadMiB
-  const all = Array(blocks).fill(block)
-  const fields = { 'sha-256': digestField('sha-256', all), 'sha-512': digestField('sha-512', all) }
-  const configs = {
-    'bare Fastify, no verification': ['bare', {}],
+    'bare Fastify': ['bare', {}],
     'plugin, no digest field': ['plugin', {}],
-    'plugin, sha-256': ['plugin', { 'content-digest': fields['sha-256'] }],
-    'plugin, sha-512': ['plugin', { 'content-digest': fields['sha-512'] }],
-    'hand-written, sha-256': ['handwritten', { 'content-digest': fields['sha-256'] }]
+    'plugin, sha-256': ['plugin', sha256],
+    'plugin, sha-512': ['plugin', { 'content-digest': digestField('sha-512', [body]) }],
+    'raw-body comparator, sha-256': ['raw-body', sha256],
+    'streaming comparator, sha-256': ['streaming', sha256]
   }
-  // The physical floor: what createHash alone costs for the same bytes, measured in this run.
-  const floor = (algorithm) => {
-    const before = process.cpuUsage()
-    const hash = createHash(algorithm)
-    for (const chunk of all) hash.update(chunk)
-    hash.digest()
-    const { user, system } = process.cpuUsage(before)
-    return (user + system) / 1e6
-  }
-  const samples = await interleave([...Object.keys(configs), 'createHash sha-256', 'createHash sha-512'], async (name) => {
-    if (name.startsWith('createHash')) return { cpu: floor(name.endsWith('256') ? 'sha256' : 'sha512') }
+  const samples = await measureRounds(pipelining === 1 ? 'small' : 'pipelined', Object.keys(configs), (name) => {
     const [variant, headers] = configs[name]
-    // A fresh process for each upload, so that its peak RSS belongs to this upload alone.
-    const server = await startServer(variant)
-    try {
-      const before = await server.stats()
-      const wall = await upload(server.url, block, blocks, headers)
-      const after = await server.stats()
-      return { wall, cpu: after.cpu - before.cpu, maxRSS: after.maxRSS, idleRSS: before.maxRSS }
-    } finally {
-      await server.stop()
-    }
+    return withServer(variant, (server) => requestsPerSecond({
+      url: server.url, path: '/json', headers: { 'content-type': 'application/json', ...headers }, body, connections: 50, pipelining, warmup: 2, seconds
+    }))
   })
-  return { bytes: block.length * blocks, samples }
+  return { bytes: Buffer.byteLength(body), pipelining, samples }
 }
 
-async function sweep (servers) {
+async function sweep () {
   const sizes = [KiB, 16 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB]
   const results = []
   for (const size of sizes) {
     const body = randomBytes(size)
-    const field = digestField('sha-256', [body])
-    const configs = {
-      bare: [servers.bare, {}],
-      plugin: [servers.plugin, { 'content-digest': field }],
-      'hand-written': [servers.handwritten, { 'content-digest': field }]
-    }
-    const samples = await interleave(Object.keys(configs), (name) => {
-      const [server, headers] = configs[name]
-      return requestsPerSecond({
+    const field = { 'content-digest': digestField('sha-256', [body]) }
+    const configs = { bare: ['bare', {}], plugin: ['plugin', field], 'raw-body': ['raw-body', field], streaming: ['streaming', field] }
+    const samples = await measureRounds(`sweep ${size / KiB} KiB`, Object.keys(configs), (name) => {
+      const [variant, headers] = configs[name]
+      return withServer(variant, (server) => requestsPerSecond({
         url: server.url,
         path: '/bytes',
         headers: { 'content-type': 'application/octet-stream', ...headers },
         body,
         connections: size >= 4 * MiB ? 2 : 8,
         pipelining: 1,
-        seconds: Math.max(2, seconds / 2)
-      })
+        warmup: 1,
+        // Long enough for dozens of the largest bodies.
+        seconds: size >= 16 * MiB ? seconds : Math.max(2, seconds / 2)
+      }))
     })
     results.push({ size, samples })
   }
   return results
 }
 
-const only = process.env.BENCH_ONLY
-const parts = only ? only.split(',') : ['small', 'sweep', 'large']
-const started = new Date()
-const servers = {
-  bare: await startServer('bare'),
-  plugin: await startServer('plugin'),
-  handwritten: await startServer('handwritten')
-}
-let small, sizes, large
-try {
-  if (parts.includes('small')) small = await smallRequests(servers)
-  if (parts.includes('sweep')) sizes = await sweep(servers)
-} finally {
-  await Promise.all(Object.values(servers).map((server) => server.stop()))
-}
-if (parts.includes('large')) large = await largeUploads()
-
-if (only) {
-  for (const [part, result] of Object.entries({ small, sizes, large })) {
-    if (result !== undefined) log(`${part}: ${JSON.stringify(result)}`)
+async function uploads () {
+  const block = randomBytes(MiB)
+  const warmupBlocks = 64
+  const fields = (algorithm, blocks) => ({ 'content-digest': digestField(algorithm, Array(blocks).fill(block)) })
+  const headers = {}
+  for (const algorithm of ['sha-256', 'sha-512']) headers[algorithm] = { measured: fields(algorithm, uploadMiB), warmup: fields(algorithm, warmupBlocks) }
+  const none = { measured: {}, warmup: {} }
+  const configs = {
+    'plugin, no digest field': ['plugin', none],
+    'plugin, sha-256': ['plugin', headers['sha-256']],
+    'plugin, sha-512': ['plugin', headers['sha-512']],
+    'streaming comparator, sha-256': ['streaming', headers['sha-256']],
+    'raw-body comparator, sha-256': ['raw-body', headers['sha-256']]
   }
-  process.exit(0)
+  // The server reads the socket in chunks of up to 64 KiB: the floor hashes the same bytes so.
+  const floors = { 'createHash sha-256': 'sha256', 'createHash sha-512': 'sha512' }
+  const samples = await measureRounds('uploads', [...Object.keys(configs), ...Object.keys(floors)], async (name) => {
+    if (name in floors) return { cpu: await hashAlone(floors[name], uploadMiB, 64 * KiB) }
+    const [variant, { measured, warmup }] = configs[name]
+    return withServer(variant, async (server) => {
+      await upload(server.url, block, warmupBlocks, warmup)
+      const before = await server.stats()
+      const wall = await upload(server.url, block, uploadMiB, measured)
+      const after = await server.stats()
+      return { wall, cpu: after.cpu - before.cpu, maxRSS: after.maxRSS }
+    })
+  })
+  return { bytes: uploadMiB * MiB, samples }
 }
-await writeReport({
-  started,
-  machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, node: process.version },
-  settings: { rounds, seconds, uploadMiB },
-  median,
-  small,
-  large,
-  sizes
-})
+
+async function downloads () {
+  const configs = { 'no Want-Repr-Digest': {}, 'Want-Repr-Digest sha-256': { 'want-repr-digest': 'sha-256=1' }, 'Want-Repr-Digest sha-512': { 'want-repr-digest': 'sha-512=1' } }
+  // The server's stream pushes 1 MiB blocks, which is what the digest is updated with.
+  const floors = { 'createHash sha-256': 'sha256', 'createHash sha-512': 'sha512' }
+  const samples = await measureRounds('downloads', [...Object.keys(configs), ...Object.keys(floors)], async (name) => {
+    if (name in floors) return { cpu: await hashAlone(floors[name], uploadMiB, MiB) }
+    const headers = configs[name]
+    return withServer('plugin', async (server) => {
+      await download(server.url, 64, headers)
+      const before = await server.stats()
+      const { bytes, trailer } = await download(server.url, uploadMiB, headers)
+      const after = await server.stats()
+      if (bytes !== uploadMiB * MiB || (trailer !== undefined) !== ('want-repr-digest' in headers)) throw new Error(`download of ${bytes} bytes, trailer ${trailer}`)
+      return { cpu: after.cpu - before.cpu }
+    })
+  })
+  return { bytes: uploadMiB * MiB, samples }
+}
+
+const started = new Date()
+const results = {}
+if (parts.includes('small')) results.small = await smallRequests(1)
+if (parts.includes('pipelined')) results.pipelined = await smallRequests(10)
+if (parts.includes('sweep')) results.sizes = await sweep()
+if (parts.includes('uploads')) results.large = await uploads()
+if (parts.includes('downloads')) results.downloads = await downloads()
+
+if (process.env.BENCH_ONLY) {
+  for (const [part, result] of Object.entries(results)) log(`${part}: ${JSON.stringify(result)}`)
+} else {
+  await writeReport({ started, settings: { rounds, seconds, uploadMiB, seed, pinned }, ...results })
+}

@@ -1,21 +1,27 @@
-// One benchmark server in its own process: `node bench/server.js <variant>`, where the variant is
-// bare (Fastify alone), plugin (fastify-digest-fields) or handwritten (fastify-raw-body plus
-// httpbis-digest-headers' verifyContentDigest in a preHandler, what a user would write without
-// the plugin). It reports its port, CPU time and peak RSS to the parent over IPC.
+// One benchmark server in its own process: `node bench/server.js <variant>`. The variants:
+// - bare: Fastify alone;
+// - plugin: fastify-digest-fields;
+// - raw-body: what a user writes by buffering, fastify-raw-body plus httpbis-digest-headers'
+//   verifyContentDigest in a preHandler;
+// - streaming: what a user writes with streams, a preParsing hook that pipes the payload through
+//   createHash and fails at its end on a mismatch.
+// It reports its port, then its CPU time and peak RSS whenever asked, to the parent over IPC.
+import { createHash, timingSafeEqual } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
-import { Readable, Writable } from 'node:stream'
+import { Readable, Transform, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import Fastify from 'fastify'
 import fastifyRawBody from 'fastify-raw-body'
 import { verifyContentDigest } from 'httpbis-digest-headers'
-import fastifyDigestFields from '../dist/index.js'
+import fastifyDigestFields from 'fastify-digest-fields'
 
 const variant = process.argv[2]
 const app = Fastify({ bodyLimit: 2 * 1024 * 1024 * 1024 })
+const mismatch = () => Object.assign(new Error('Mismatching Digest Value'), { statusCode: 400 })
 
 if (variant === 'plugin') {
   await app.register(fastifyDigestFields)
-} else if (variant === 'handwritten') {
+} else if (variant === 'raw-body') {
   await app.register(fastifyRawBody, { global: true, encoding: false, runFirst: true })
   app.addHook('preHandler', (request, reply, done) => {
     const header = request.headers['content-digest']
@@ -24,23 +30,41 @@ if (variant === 'plugin') {
     try {
       verified = verifyContentDigest(request.rawBody ?? Buffer.alloc(0), header)
     } catch {}
-    if (verified) return done()
-    reply.code(400).type('application/problem+json').send({ title: 'Mismatching Digest Value' })
+    done(verified ? undefined : mismatch())
+  })
+} else if (variant === 'streaming') {
+  app.addHook('preParsing', (request, _reply, payload, done) => {
+    const expected = /^sha-256=:([A-Za-z0-9+/]+={0,2}):$/.exec(request.headers['content-digest'] ?? '')
+    if (expected === null) return done(null, payload)
+    const provided = Buffer.from(expected[1], 'base64')
+    const hash = createHash('sha256')
+    const verified = new Transform({
+      transform (chunk, _encoding, callback) {
+        hash.update(chunk)
+        callback(null, chunk)
+      },
+      flush (callback) {
+        const calculated = hash.digest()
+        callback(provided.length === calculated.length && timingSafeEqual(provided, calculated) ? null : mismatch())
+      }
+    })
+    payload.on('error', (error) => verified.destroy(error))
+    done(null, payload.pipe(verified))
   })
 } else if (variant !== 'bare') {
   throw new Error(`unknown variant ${variant}`)
 }
 
 app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
-if (variant === 'handwritten') {
+if (variant === 'raw-body') {
   // fastify-raw-body collects request.raw beside the parser, so a streaming route would race it:
-  // verifying after the fact needs the whole body anyway, and buffering it is what users write.
+  // checking after the fact needs the whole body anyway, and buffering it is what users write.
   app.addContentTypeParser('application/x-upload', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
 } else {
   app.addContentTypeParser('application/x-upload', (_request, payload, done) => done(null, payload))
 }
 
-// A handler that reads the body, as a real one would.
+// Handlers that read the body, as real ones would.
 app.post('/json', async (request) => ({ received: Object.keys(request.body).length }))
 app.post('/bytes', async (request) => ({ received: request.body.length }))
 app.put('/upload', async (request) => {
@@ -69,12 +93,9 @@ app.get('/download', async (request, reply) => {
 
 // Peak RSS of this process: VmHWM, since getrusage's maxRSS keeps the parent's peak across exec.
 async function peakRSS () {
-  try {
-    const status = await readFile('/proc/self/status', 'utf8')
-    return Number(status.match(/^VmHWM:\s+(\d+) kB/m)[1]) * 1024
-  } catch {
-    return process.resourceUsage().maxRSS * 1024
-  }
+  const status = await readFile('/proc/self/status', 'utf8').catch(() => '')
+  const kB = /^VmHWM:\s+(\d+) kB/m.exec(status)?.[1]
+  return kB === undefined ? process.resourceUsage().maxRSS * 1024 : Number(kB) * 1024
 }
 
 await app.listen({ host: '127.0.0.1', port: 0 })

@@ -1,0 +1,20 @@
+// The floor of verification: `node bench/hash-alone.js <algorithm> <MiB> <chunk bytes>` hashes that
+// many MiB with crypto.createHash in chunks of the size the server sees, after a warm-up, in its own
+// process (pinned like a server), and reports the CPU seconds over IPC.
+import { createHash, randomBytes } from 'node:crypto'
+
+const [algorithm, mib, chunkBytes] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])]
+const chunk = randomBytes(chunkBytes)
+const chunks = Math.round(mib * 1024 * 1024 / chunkBytes)
+
+function hashAll (count) {
+  const hash = createHash(algorithm)
+  for (let i = 0; i < count; i++) hash.update(chunk)
+  return hash.digest()
+}
+
+hashAll(Math.ceil(chunks / 16))
+const before = process.cpuUsage()
+hashAll(chunks)
+const { user, system } = process.cpuUsage(before)
+process.send({ cpu: (user + system) / 1e6 }, () => process.exit(0))
