@@ -19,17 +19,17 @@ export const pinned = childCore > 0 && (() => {
   }
 })()
 
-function startChild (script, args) {
+function startChild (script, args, env = process.env) {
   const path = fileURLToPath(new URL(script, import.meta.url))
   // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of every child into dir.
   const node = [process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), path, ...args]
   const [command, rest] = pinned ? ['taskset', ['-c', String(childCore), ...node]] : [node[0], node.slice(1)]
-  return spawn(command, rest, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] })
+  return spawn(command, rest, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'], env })
 }
 
-/** Starts `bench/server.js <variant>` in a fresh process; resolves once it listens. */
-export async function startServer (variant) {
-  const child = startChild('./server.js', [variant])
+/** Starts `bench/server.js <variant>` in a fresh process (with `env`); resolves once it listens. */
+export async function startServer (variant, env) {
+  const child = startChild('./server.js', [variant], env)
   const [{ port }] = await once(child, 'message')
   return {
     url: `http://127.0.0.1:${port}`,

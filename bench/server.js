@@ -13,13 +13,14 @@ import { pipeline } from 'node:stream/promises'
 import Fastify from 'fastify'
 import fastifyRawBody from 'fastify-raw-body'
 import { verifyContentDigest } from 'httpbis-digest-headers'
-import fastifyDigestFields from 'fastify-digest-fields'
 
 const variant = process.argv[2]
 const app = Fastify({ bodyLimit: 2 * 1024 * 1024 * 1024 })
 const mismatch = () => Object.assign(new Error('Mismatching Digest Value'), { statusCode: 400 })
 
 if (variant === 'plugin') {
+  // BENCH_PLUGIN=<path to a build's index.js> measures another build of the plugin (A/B tests).
+  const { default: fastifyDigestFields } = await import(process.env.BENCH_PLUGIN ?? 'fastify-digest-fields')
   await app.register(fastifyDigestFields)
 } else if (variant === 'raw-body') {
   await app.register(fastifyRawBody, { global: true, encoding: false, runFirst: true })

@@ -156,7 +156,10 @@ t.test('npm start serves from a checkout whose path has a space', async (t) => {
   await copyFile(join(root, 'examples', 'upload-server.js'), join(checkout, 'examples', 'upload-server.js'))
   await symlink(root, join(checkout, 'node_modules', 'fastify-digest-fields'))
   await symlink(join(root, 'node_modules', 'fastify'), join(checkout, 'node_modules', 'fastify'))
-  const server = spawn(process.execPath, [join(checkout, 'examples', 'upload-server.js')], { env: { ...process.env, PORT: '0' } })
+  const server = spawn(process.execPath, [join(checkout, 'examples', 'upload-server.js')], {
+    // Its upload folder goes inside the checkout, which the teardown removes.
+    env: { ...process.env, PORT: '0', TMPDIR: checkout }
+  })
   t.teardown(() => server.kill())
   const lines = createInterface({ input: server.stdout })
   let address

@@ -1,0 +1,40 @@
+// `node bench/cpu-per-request.js [rounds] [requests] [variant:header ...]`: server CPU per request
+// for the 1 KiB JSON POST of npm run bench, each measurement in a fresh pinned server process after
+// a warm-up, configurations shuffled each round, median and range in µs. A variant is a server of
+// bench/server.js; the header is none, sha-256 or sha-512 (Content-Digest). For A/B tests of the hot
+// path, plugin@<path to a build's index.js> loads another build: plugin@/tmp/a/index.js:sha-256.
+import { createHash } from 'node:crypto'
+import autocannon from 'autocannon'
+import { startServer } from './clients.js'
+
+const [rounds = 5, requests = 100000, ...wanted] = process.argv.slice(2)
+const configs = wanted.length > 0 ? wanted : ['bare:none', 'plugin:none', 'plugin:sha-256', 'raw-body:sha-256', 'streaming:sha-256']
+const fields = { id: 42, name: 'quarterly report', tags: ['finance', 'q3'], description: '' }
+const body = JSON.stringify({ ...fields, description: 'x'.repeat(1024 - JSON.stringify(fields).length) })
+const header = (algorithm) => algorithm === 'none' ? {} : { 'content-digest': `${algorithm}=:${createHash(algorithm.replace('-', '')).update(body).digest('base64')}:` }
+const samples = Object.fromEntries(configs.map((config) => [config, []]))
+
+async function measure (config) {
+  const [name, algorithm] = config.split(':')
+  const [variant, build] = name.split('@')
+  const server = await startServer(variant, build === undefined ? process.env : { ...process.env, BENCH_PLUGIN: build })
+  try {
+    const options = { url: `${server.url}/json`, method: 'POST', headers: { 'content-type': 'application/json', ...header(algorithm) }, body, connections: 50 }
+    await autocannon({ ...options, duration: 2 })
+    const before = await server.stats()
+    const result = await autocannon({ ...options, amount: Number(requests) })
+    const after = await server.stats()
+    if (result.non2xx > 0 || result.errors > 0) throw new Error(`${config}: ${result.non2xx} non-2xx, ${result.errors} errors`)
+    return (after.cpu - before.cpu) / Number(requests) * 1e6
+  } finally {
+    await server.stop()
+  }
+}
+
+for (let round = 0; round < Number(rounds); round++) {
+  for (const config of [...configs].sort(() => Math.random() - 0.5)) samples[config].push(await measure(config))
+}
+const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
+for (const [config, values] of Object.entries(samples)) {
+  console.log(`${config.padEnd(22)} ${median(values).toFixed(2).padStart(6)} µs/request (${Math.min(...values).toFixed(2)} to ${Math.max(...values).toFixed(2)})`)
+}
