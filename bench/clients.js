@@ -63,18 +63,22 @@ async function load (options) {
 }
 
 /**
- * Requests per second that autocannon sustains for one request shape. A warm-up run of `warmup`
- * seconds sets how many requests the measured run sends (about `seconds` worth), and the rate is
- * that count over the measured run's own wall time: a few large bodies a second are then not
- * rounded to whole requests, nor cut off in flight at the end.
+ * The requests per second that autocannon sustains for one request shape on `server`, and the
+ * server's CPU time per request meanwhile (in µs), which does not depend on how fast the load
+ * generator is. A warm-up run of `warmup` seconds sets how many requests the measured run sends
+ * (about `seconds` worth), and the rate is that count over the measured run's own wall time: a few
+ * large bodies a second are then not rounded to whole requests, nor cut off in flight at the end.
  */
-export async function requestsPerSecond ({ url, path, headers, body, connections, pipelining, warmup, seconds }) {
-  const options = { url: url + path, method: 'POST', headers, body, connections, pipelining }
+export async function requestsPerSecond ({ server, path, headers, body, connections, pipelining, warmup, seconds }) {
+  const options = { url: server.url + path, method: 'POST', headers, body, connections, pipelining }
   const calibration = await load({ ...options, duration: warmup })
   const amount = Math.max(connections * pipelining * 4, Math.round(calibration.requests.total / warmup * seconds))
+  const before = await server.stats()
   const started = process.hrtime.bigint()
   await load({ ...options, amount })
-  return amount / (Number(process.hrtime.bigint() - started) / 1e9)
+  const wall = Number(process.hrtime.bigint() - started) / 1e9
+  const after = await server.stats()
+  return { rps: amount / wall, cpu: (after.cpu - before.cpu) / amount * 1e6 }
 }
 
 /** Streams `blocks` copies of `block` to PUT /upload; resolves with the wall time in seconds. */

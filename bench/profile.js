@@ -15,7 +15,7 @@ const body = randomBytes(size)
 const headers = { 'content-type': 'application/octet-stream' }
 if (variant !== 'bare') headers['content-digest'] = `sha-256=:${createHash('sha256').update(body).digest('base64')}:`
 const server = await startServer(variant)
-const rps = await requestsPerSecond({ url: server.url, path: '/bytes', headers, body, connections: size >= 4 * 1024 * 1024 ? 2 : 8, pipelining: 1, warmup: 1, seconds })
+const { rps } = await requestsPerSecond({ server, path: '/bytes', headers, body, connections: size >= 4 * 1024 * 1024 ? 2 : 8, pipelining: 1, warmup: 1, seconds })
 await server.stop()
 console.log(`${variant}, ${size} bytes: ${rps.toFixed(0)} req/s`)
 const profile = readdirSync(dir).sort().at(-1)

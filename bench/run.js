@@ -82,7 +82,7 @@ async function smallRequests (pipelining) {
   const samples = await measureRounds(pipelining === 1 ? 'small' : 'pipelined', Object.keys(configs), (name) => {
     const [variant, headers] = configs[name]
     return withServer(variant, (server) => requestsPerSecond({
-      url: server.url, path: '/json', headers: { 'content-type': 'application/json', ...headers }, body, connections: 50, pipelining, warmup: 2, seconds
+      server, path: '/json', headers: { 'content-type': 'application/json', ...headers }, body, connections: 50, pipelining, warmup: 2, seconds
     }))
   })
   return { bytes: Buffer.byteLength(body), pipelining, samples }
@@ -98,7 +98,7 @@ async function sweep () {
     const samples = await measureRounds(`sweep ${size / KiB} KiB`, Object.keys(configs), (name) => {
       const [variant, headers] = configs[name]
       return withServer(variant, (server) => requestsPerSecond({
-        url: server.url,
+        server,
         path: '/bytes',
         headers: { 'content-type': 'application/octet-stream', ...headers },
         body,
