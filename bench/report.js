@@ -268,7 +268,7 @@ both comparators; median request body throughput, and per-round ratios. 8 connec
 
 ${sweepPart.text}
 
-## What made the difference
+## What each change did, where the time goes, and the targets
 
 ${await keptNotes()}
 `
