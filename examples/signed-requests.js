@@ -31,10 +31,19 @@ export async function buildServer ({ keys, logger = false }) {
         : null,
       requiredFields: covered,
       requiredParams: ['created', 'keyid'],
-      maxAge: 300
+      maxAge: 300,
+      // Clocks differ a little; without it, a client 1 s ahead is refused.
+      tolerance: 5,
+      // The library matches required fields by name, so "content-digest";key="sha-512" (one member
+      // of the field) would count: the other members, and the content they describe, would then be
+      // unsigned. Refuse a signature over part of the field.
+      componentParser: (name, params) => {
+        if (name === 'content-digest' && params.has('key')) throw new Error('the signature must cover all of Content-Digest')
+        return null
+      }
     }, {
       method: request.method,
-      url: `${request.protocol}://${request.headers.host}${request.url}`,
+      url: `${request.protocol}://${request.host}${request.url}`,
       headers: request.headers
     }).catch(() => false)
     if (verified !== true) {

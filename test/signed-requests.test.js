@@ -1,7 +1,8 @@
 // The signed-requests example over a real socket, with http-message-signatures (RFC 9421) on both
 // sides: a signature over Content-Digest is only worth something because the plugin checks the
 // content against the digest.
-import { generateKeyPairSync } from 'node:crypto'
+import { createHash, generateKeyPairSync } from 'node:crypto'
+import { createSigner, httpbis } from 'http-message-signatures'
 import t from 'tap'
 import { request } from 'undici'
 import { buildServer, signedHeaders } from '../examples/signed-requests.js'
@@ -17,6 +18,17 @@ app.addHook('preHandler', async () => { handled++ })
 const origin = await app.listen({ host: '127.0.0.1', port: 0 })
 t.teardown(() => app.close())
 const url = `${origin}/orders`
+
+/** Headers signed over the sha-512 member of Content-Digest only, then given a sha-256 member for `body`. */
+async function narrowed (body) {
+  const member = (algorithm, content) => `${algorithm}=:${createHash(algorithm.replace('-', '')).update(content).digest('base64')}:`
+  const headers = { 'content-type': 'application/json', 'content-digest': `${member('sha-256', order)}, ${member('sha-512', order)}` }
+  const signed = await httpbis.signMessage({
+    key: createSigner(privateKey, 'ed25519', 'client-1'),
+    fields: ['@method', '@authority', '@path', 'content-type', 'content-digest;key="sha-512"']
+  }, { method: 'POST', url, headers })
+  return { ...signed.headers, 'content-digest': `${member('sha-256', body)}, ${member('sha-512', order)}` }
+}
 
 async function post (headers, body) {
   const response = await request(url, { method: 'POST', headers, body })
@@ -58,7 +70,10 @@ t.test('a Content-Digest changed after signing, or no signature, or another key:
   const cases = {
     'digest of other content under the old signature': [{ ...signed, 'content-digest': resigned['content-digest'] }, other],
     unsigned: [{ 'content-type': 'application/json', 'content-digest': signed['content-digest'] }, order],
-    'signed by a stranger under a known key id': [await signedHeaders({ url, body: order, privateKey: stranger, keyid: 'client-1' }), order]
+    'signed by a stranger under a known key id': [await signedHeaders({ url, body: order, privateKey: stranger, keyid: 'client-1' }), order],
+    // Found by an independent attack: a signature over the sha-512 member only, with the sha-256
+    // member and the content swapped, passed the library, and a sha-256-only route took it.
+    'a signature over one member of Content-Digest, the other member swapped': [await narrowed(other), other]
   }
   for (const [name, [headers, body]] of Object.entries(cases)) {
     const response = await post(headers, body)
