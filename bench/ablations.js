@@ -27,11 +27,12 @@ const ablations = {
   'parse cached': ['fields.js', '(0, structured_headers_1.parseDictionary)(text)', '(parsed.get(text) ?? parsed.set(text, (0, structured_headers_1.parseDictionary)(text)).get(text))', '"use strict";\nconst parsed = new Map();']
 }
 
+const slug = (name) => name.replace(/[^a-z0-9]+/g, '-')
 const builds = mkdtempSync(join(tmpdir(), 'digest-ablations-'))
 try {
   const configs = ['bare:none', 'plugin:none', 'plugin:sha-256', 'raw-body:sha-256', 'streaming:sha-256']
   for (const [name, [file, find, replace, prefix]] of Object.entries(ablations)) {
-    const dir = join(builds, name.replace(/[^a-z0-9]+/g, '-'))
+    const dir = join(builds, slug(name))
     cpSync(join(root, 'dist'), dir, { recursive: true })
     const path = join(dir, file)
     const source = readFileSync(path, 'utf8')
@@ -44,7 +45,7 @@ try {
   // Resolving fastify-plugin and structured-headers from the copies.
   symlinkSync(join(root, 'node_modules'), join(builds, 'node_modules'))
   const table = execFileSync(process.execPath, [fileURLToPath(new URL('./cpu-per-request.js', import.meta.url)), rounds, requests, ...configs], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] })
-  const names = Object.fromEntries(Object.keys(ablations).map((name) => [name.replace(/[^a-z0-9]+/g, '-'), name]))
+  const names = Object.fromEntries(Object.keys(ablations).map((name) => [slug(name), name]))
   console.log(table.replace(/plugin@\S*\/([^/]+)\/index\.js/g, (_match, dir) => `plugin, ${names[dir]}`))
 } finally {
   rmSync(builds, { recursive: true, force: true })

@@ -1,17 +1,18 @@
 // `node bench/cpu-per-request.js [rounds] [requests] [variant:header ...]`: server CPU per request
 // for the 1 KiB JSON POST of npm run bench, each measurement in a fresh pinned server process after
-// a warm-up, configurations shuffled each round, median and range in µs. A variant is a server of
+// a warm-up, configurations shuffled each round (BENCH_SEED replays the order), median and range in µs. A variant is a server of
 // bench/server.js; the header is none, sha-256 or sha-512 (Content-Digest). For A/B tests of the hot
 // path, plugin@<path to a build's index.js> loads another build: plugin@/tmp/a/index.js:sha-256.
-import { createHash } from 'node:crypto'
 import autocannon from 'autocannon'
 import { startServer } from './clients.js'
+import { benchSeed, digestField, median, seededShuffle, smallJsonBody } from './shared.js'
 
 const [rounds = 5, requests = 100000, ...wanted] = process.argv.slice(2)
 const configs = wanted.length > 0 ? wanted : ['bare:none', 'plugin:none', 'plugin:sha-256', 'raw-body:sha-256', 'streaming:sha-256']
-const fields = { id: 42, name: 'quarterly report', tags: ['finance', 'q3'], description: '' }
-const body = JSON.stringify({ ...fields, description: 'x'.repeat(1024 - JSON.stringify(fields).length) })
-const header = (algorithm) => algorithm === 'none' ? {} : { 'content-digest': `${algorithm}=:${createHash(algorithm.replace('-', '')).update(body).digest('base64')}:` }
+const body = smallJsonBody()
+const header = (algorithm) => algorithm === 'none' ? {} : { 'content-digest': digestField(algorithm, [body]) }
+const shuffled = seededShuffle(benchSeed)
+console.error(`seed ${benchSeed} (BENCH_SEED replays the order)`)
 const samples = Object.fromEntries(configs.map((config) => [config, []]))
 
 async function measure (config) {
@@ -32,9 +33,8 @@ async function measure (config) {
 }
 
 for (let round = 0; round < Number(rounds); round++) {
-  for (const config of [...configs].sort(() => Math.random() - 0.5)) samples[config].push(await measure(config))
+  for (const config of shuffled(configs)) samples[config].push(await measure(config))
 }
-const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]
 for (const [config, values] of Object.entries(samples)) {
   console.log(`${config.padEnd(22)} ${median(values).toFixed(2).padStart(6)} µs/request (${Math.min(...values).toFixed(2)} to ${Math.max(...values).toFixed(2)})`)
 }

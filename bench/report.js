@@ -5,6 +5,7 @@
 import { readFile, writeFile } from 'node:fs/promises'
 import { createRequire } from 'node:module'
 import { cpus, release } from 'node:os'
+import { median } from './shared.js'
 
 const root = new URL('../', import.meta.url)
 const require = createRequire(import.meta.url)
@@ -16,12 +17,6 @@ const notesEnd = '<!-- /notes -->'
 const fixed = (value, digits = 2) => value.toFixed(digits)
 const check = (met) => (met ? 'met' : '**not met**')
 const sizeName = (bytes) => (bytes >= MiB ? `${bytes / MiB} MiB` : `${bytes / 1024} KiB`)
-
-function median (values) {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2
-}
 
 /** Median and range of a list of per-round values. */
 const spread = (values) => ({ median: median(values), min: Math.min(...values), max: Math.max(...values) })

@@ -6,43 +6,22 @@
 // BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB lengthen or shorten it, BENCH_SEED replays an
 // order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads runs some parts and prints their
 // samples without writing the report.
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import { download, hashAlone, pinned, requestsPerSecond, startServer, upload } from './clients.js'
 import { writeReport } from './report.js'
+import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
 const seconds = Number(process.env.BENCH_SECONDS ?? 5)
 const uploadMiB = Number(process.env.BENCH_UPLOAD_MIB ?? 1024)
-const seed = Number(process.env.BENCH_SEED ?? Math.floor(Math.random() * 2 ** 31))
+const seed = benchSeed
 const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads').split(',')
 const KiB = 1024
 const MiB = 1024 * KiB
 const log = (line) => process.stderr.write(line + '\n')
 log(`bench: seed ${seed} (BENCH_SEED replays the order), ${pinned ? 'pinned with taskset' : 'not pinned'}`)
 
-// mulberry32, so that BENCH_SEED replays the order of a run.
-let state = seed >>> 0
-function random () {
-  state = (state + 0x6d2b79f5) >>> 0
-  let x = Math.imul(state ^ (state >>> 15), state | 1)
-  x ^= x + Math.imul(x ^ (x >>> 7), x | 61)
-  return ((x ^ (x >>> 14)) >>> 0) / 4294967296
-}
-
-function shuffled (list) {
-  const result = [...list]
-  for (let i = result.length - 1; i > 0; i--) {
-    const j = Math.floor(random() * (i + 1))
-    ;[result[i], result[j]] = [result[j], result[i]]
-  }
-  return result
-}
-
-const digestField = (algorithm, chunks) => {
-  const hash = createHash(algorithm === 'sha-256' ? 'sha256' : 'sha512')
-  for (const chunk of chunks) hash.update(chunk)
-  return `${algorithm}=:${hash.digest('base64')}:`
-}
+const shuffled = seededShuffle(seed)
 
 /** Measures every configuration once a round, in a new random order each round: samples by name, in round order. */
 async function measureRounds (label, names, measure) {
@@ -67,9 +46,7 @@ async function withServer (variant, use) {
 }
 
 async function smallRequests (pipelining) {
-  // A 1 KiB JSON document: a few fields and a description that pads it to exactly 1024 bytes.
-  const fields = { id: 42, name: 'quarterly report', tags: ['finance', 'q3'], description: '' }
-  const body = JSON.stringify({ ...fields, description: 'x'.repeat(KiB - JSON.stringify(fields).length) })
+  const body = smallJsonBody()
   const sha256 = { 'content-digest': digestField('sha-256', [body]) }
   const configs = {
     'bare Fastify': ['bare', {}],
