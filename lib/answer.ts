@@ -7,7 +7,10 @@ import type { DigestProblem } from './problems.js'
  */
 export function answerWith (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): Buffer {
   // abstract-logging, Fastify's logger when logging is off, has no `silent`.
-  if (problem.logLevel !== 'silent') request.log[problem.logLevel]({ problemType: problem.type, digestFields: problem.found }, problem.message)
+  if (problem.logLevel !== 'silent') {
+    const notListed = problem.notListed === 0 ? {} : { digestFieldsNotListed: problem.notListed }
+    request.log[problem.logLevel]({ problemType: problem.type, digestFields: problem.found, ...notListed }, problem.message)
+  }
   reply
     .code(problem.statusCode)
     .headers(problem.headers)

@@ -57,6 +57,23 @@ export function preferenceFieldOf (header: FieldName): PreferenceFieldName {
   return 'Want-Unencoded-Digest'
 }
 
+// What the plugin sends back and logs stays bounded whatever the request carried (a field can hold
+// thousands of keys, a key thousands of characters): at most `maxListed` findings are listed, and
+// a key is repeated only when it is at most `maxKeyLength` characters long (registered keys are
+// under 16).
+export const maxListed = 10
+export const maxKeyLength = 64
+
+/** Whether a finding's key is short enough to repeat in a problem document or a Want-* field. */
+export function isListable (finding: DigestFinding): boolean {
+  return finding.algorithm.length <= maxKeyLength
+}
+
+/** Text from the request for people to read (a detail, a log message): cut at `maxKeyLength` characters. */
+export function shortened (text: string): string {
+  return text.length <= maxKeyLength ? text : `${text.slice(0, maxKeyLength)}…`
+}
+
 /** A route with `required` got content with no integrity field it could check. */
 export function missingField (supported: Iterable<string>): GeneralFinding {
   return {

@@ -1,5 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { Http2Stream } from 'node:http2'
+import { shortened, type GeneralFinding } from './findings.js'
 
 /**
  * What the request's framing says about its content before any of it is read: its length in bytes
@@ -37,4 +38,16 @@ export function isPartial (contentRange: string | undefined): boolean {
   const [, first, last, complete] = match as unknown as [string, string, string, string]
   if (BigInt(last) < BigInt(first)) return false
   return complete === '*' || BigInt(complete) > BigInt(last)
+}
+
+/**
+ * The finding for a transfer coding other than chunked (`Transfer-Encoding: gzip, chunked`): Node
+ * removes only chunked and leaves the others on the content, while digests are of the content
+ * with every transfer coding removed (RFC 9530 section 2), so it cannot be verified; or null.
+ */
+export function keptTransferCoding (transferEncoding: string | undefined): GeneralFinding | null {
+  if (transferEncoding === undefined) return null
+  const kept = transferEncoding.toLowerCase().split(',').map((coding) => coding.trim()).find((coding) => coding !== 'chunked')
+  if (kept === undefined) return null
+  return { kind: 'general', detail: `the content cannot be verified: this server does not remove its transfer coding ${shortened(kept)}` }
 }

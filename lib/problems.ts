@@ -2,7 +2,11 @@ import type { LogLevel } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
 import type { DigestProblemDocument, DraftProblemDocument } from './types.js'
 import {
+  isListable,
+  maxKeyLength,
+  maxListed,
   preferenceFieldOf,
+  shortened,
   type DigestFinding,
   type FieldName,
   type Finding,
@@ -15,7 +19,8 @@ import { serializePreferences, type Settings } from './options.js'
 
 const problemMembers = {
   type: { type: 'string', format: 'uri', description: 'Problem type URI' },
-  title: { type: 'string', description: 'Short human-readable summary' }
+  title: { type: 'string', description: 'Short human-readable summary' },
+  detail: { type: 'string', description: 'What was wrong, or what the document does not list, when disclosure allows saying it' }
 } as const
 
 // One JSON schema per problem type: the plugin serializes with them, and applications can put them
@@ -57,10 +62,7 @@ export const generalProblemSchema = {
   description: 'A request the plugin refuses without a specific problem type (RFC 9457 section 4.2.1).',
   type: 'object',
   required: ['type', 'title'],
-  properties: {
-    ...problemMembers,
-    detail: { type: 'string', description: 'What was wrong, when disclosure allows saying it' }
-  }
+  properties: { ...problemMembers }
 } as const
 
 // The registered shape (draft-ietf-httpapi-digest-fields-problem-types-06, IANA HTTP Problem
@@ -139,6 +141,8 @@ export class DigestProblem extends Error {
   logLevel: LogLevel = 'info'
   /** What the log line names: each field and algorithm found wrong, never a digest value. */
   found: ReadonlyArray<{ readonly field: FieldName, readonly algorithm: string }> = []
+  /** How many findings `found` leaves out (it lists at most `maxListed`). */
+  notListed = 0
 }
 
 // RFC 9457 section 4.2.1: the title of about:blank is the status phrase.
@@ -161,29 +165,40 @@ function general (settings: Settings, finding: GeneralFinding): DigestProblem {
   return new DigestProblem('about:blank', finding.detail, document, generalProblemSchema, headers, status)
 }
 
-function unsupportedHeaders (settings: Settings, findings: readonly UnsupportedAlgorithm[]): Record<string, string> {
+/**
+ * The preference fields that answer unsupported keys: one for each field that named one, with the
+ * listed keys at 0.
+ */
+function unsupportedHeaders (settings: Settings, findings: readonly UnsupportedAlgorithm[], listed: readonly UnsupportedAlgorithm[]): Record<string, string> {
   const refused = new Map<string, string[]>()
-  for (const { algorithm, header } of findings) {
-    const field = preferenceFieldOf(header).toLowerCase()
-    refused.set(field, [...(refused.get(field) ?? []), algorithm])
-  }
+  for (const { header } of findings) refused.set(preferenceFieldOf(header).toLowerCase(), [])
+  for (const { algorithm, header } of listed) (refused.get(preferenceFieldOf(header).toLowerCase()) as string[]).push(algorithm)
   return Object.fromEntries([...refused].map(([field, keys]) => [field, advertised(settings, keys)]))
 }
 
-function describe (findings: readonly DigestFinding[]): string {
-  return findings.map(({ header, algorithm }) => `${header} ${algorithm}`).join(', ')
+function describe (listed: readonly DigestFinding[], notListed: number): string {
+  const named = listed.map(({ header, algorithm }) => `${header} ${shortened(algorithm)}`).join(', ')
+  return notListed === 0 ? named : `${named}, and ${notListed} more not listed`
+}
+
+/** What a document says of the findings it leaves out, if any. */
+function notListedDetail (notListed: number): { detail?: string } {
+  return notListed === 0 ? {} : { detail: `${notListed} more not listed` }
 }
 
 // problem-types.md: one problem, the first of its kind, with singular members.
-function draft00 (settings: Settings, findings: readonly DigestFinding[]): DigestProblem {
-  const first = findings[0] as DigestFinding
+function draft00 (settings: Settings, first: DigestFinding): DigestProblem {
   const base = settings.typeBase
-  const message = `${describe([first])}`
+  const message = describe([first], 0)
   switch (first.kind) {
-    case 'unsupported':
-      return new DigestProblem(base + 'digest-unsupported-algorithm', `Unsupported Hashing Algorithm: ${message}`,
-        { type: base + 'digest-unsupported-algorithm', title: 'Unsupported Hashing Algorithm', 'unsupported-algorithm': first.algorithm },
-        unsupportedAlgorithmSchema, unsupportedHeaders(settings, [first]))
+    case 'unsupported': {
+      const listable = isListable(first)
+      return new DigestProblem(base + 'digest-unsupported-algorithm', `Unsupported Hashing Algorithm: ${message}`, {
+        type: base + 'digest-unsupported-algorithm',
+        title: 'Unsupported Hashing Algorithm',
+        ...(listable ? { 'unsupported-algorithm': first.algorithm } : { detail: `the key is over ${maxKeyLength} characters long` })
+      }, unsupportedAlgorithmSchema, unsupportedHeaders(settings, [first], listable ? [first] : []))
+    }
     case 'invalid':
       return new DigestProblem(base + 'digest-invalid-value', `Invalid Digest Value: ${message}`,
         { type: base + 'digest-invalid-value', title: `digest value for ${first.algorithm} ${first.reason}` }, invalidValueSchema)
@@ -203,51 +218,56 @@ function draft00 (settings: Settings, findings: readonly DigestFinding[]): Diges
 }
 
 // registered-problem-types.md: every finding of the kind, each with its field; never a calculated
-// digest.
-function registered (settings: Settings, findings: readonly DigestFinding[]): DigestProblem {
+// digest. Past `maxListed`, a detail says how many more there were.
+function registered (settings: Settings, findings: readonly DigestFinding[], listed: readonly DigestFinding[]): DigestProblem {
   const base = settings.typeBase
-  const message = describe(findings)
+  const notListed = findings.length - listed.length
+  const message = describe(listed, notListed)
   switch ((findings[0] as DigestFinding).kind) {
     case 'unsupported': {
-      const list = findings as readonly UnsupportedAlgorithm[]
+      const list = listed as readonly UnsupportedAlgorithm[]
       return new DigestProblem(base + 'digest-unsupported-algorithms', `Unsupported Hashing Algorithms: ${message}`, {
         type: base + 'digest-unsupported-algorithms',
         title: 'Unsupported Hashing Algorithms',
+        ...notListedDetail(notListed),
         unsupported_algorithms: list.map(({ algorithm, header }) => ({ algorithm, header }))
-      }, unsupportedAlgorithmsSchema, unsupportedHeaders(settings, list))
+      }, unsupportedAlgorithmsSchema, unsupportedHeaders(settings, findings as readonly UnsupportedAlgorithm[], list))
     }
     case 'invalid':
       return new DigestProblem(base + 'digest-invalid-values', `Invalid Digest Values: ${message}`, {
         type: base + 'digest-invalid-values',
         title: 'Invalid Digest Values',
-        invalid_digests: (findings as readonly InvalidValue[]).map(({ algorithm, header, reason }) => ({ algorithm, header, reason: `digest value ${reason}` }))
+        ...notListedDetail(notListed),
+        invalid_digests: (listed as readonly InvalidValue[]).map(({ algorithm, header, reason }) => ({ algorithm, header, reason: `digest value ${reason}` }))
       }, invalidValuesSchema)
     case 'mismatched':
       return new DigestProblem(base + 'digest-mismatched-values', `Mismatched Digest Values: ${message}`, {
         type: base + 'digest-mismatched-values',
         title: 'Mismatched Digest Values',
-        mismatched_digests: (findings as readonly MismatchedValue[]).map(({ algorithm, header, provided }) => ({ algorithm, provided_digest: serializeByteSequence(provided), header }))
+        ...notListedDetail(notListed),
+        mismatched_digests: (listed as readonly MismatchedValue[]).map(({ algorithm, header, provided }) => ({ algorithm, provided_digest: serializeByteSequence(provided), header }))
       }, mismatchedValuesSchema)
   }
 }
-
-const undisclosed: DigestProblemDocument = Object.freeze({ type: 'about:blank', title: 'Bad Request' })
 
 /**
  * The problem that answers `findings`, which are all of one kind (or one general finding), in the
  * shape the route sends. Disclosure applies here and only here: problem-types section 7 lets a
  * server prefer a general problem, since detail reveals intermediaries and fingerprints the
- * implementation. The log keeps what was found.
+ * implementation, so `none` answers every failure with a bare about:blank of its status. The log
+ * keeps what was found, bounded like the documents.
  */
 export function problemFor (settings: Settings, findings: readonly Finding[]): DigestProblem {
   const first = findings[0] as Finding
+  const listed = first.kind === 'general' ? [] : (findings as readonly DigestFinding[]).filter(isListable).slice(0, maxListed)
   const problem = first.kind === 'general'
     ? general(settings, first)
-    : settings.problemTypes === 'registered' ? registered(settings, findings as readonly DigestFinding[]) : draft00(settings, findings as readonly DigestFinding[])
-  const answer = settings.disclosure !== 'none' || problem.statusCode !== 400
-    ? problem
-    : new DigestProblem(problem.type, problem.message, undisclosed, generalProblemSchema)
+    : settings.problemTypes === 'registered' ? registered(settings, findings as readonly DigestFinding[], listed) : draft00(settings, first)
+  const answer = settings.disclosure === 'none'
+    ? new DigestProblem(problem.type, problem.message, { type: 'about:blank', title: statusPhrases[problem.statusCode] as string }, generalProblemSchema, {}, problem.statusCode)
+    : problem
   answer.logLevel = settings.problemLogLevel
-  answer.found = findings.flatMap((finding) => finding.kind === 'general' ? [] : [{ field: finding.header, algorithm: finding.algorithm }])
+  answer.found = listed.map((finding) => ({ field: finding.header, algorithm: finding.algorithm }))
+  answer.notListed = first.kind === 'general' ? 0 : findings.length - listed.length
   return answer
 }

@@ -4,7 +4,7 @@ import type { Algorithm } from './algorithms.js'
 import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
 import { missingField, type Finding } from './findings.js'
-import { declaredLength, isPartial } from './framing.js'
+import { declaredLength, isPartial, keptTransferCoding } from './framing.js'
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
@@ -50,6 +50,8 @@ export function verifyRequest (
     done()
     return
   }
+  const transferCoding = keptTransferCoding(headers['transfer-encoding'])
+  if (transferCoding !== null) return refuse([transferCoding])
   if (length === 0) {
     // The digest of empty content is well defined, and checking it here needs no stream at all:
     // Fastify skips body parsing for an empty request, so nothing would ever read one.

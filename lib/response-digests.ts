@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { Hash } from 'node:crypto'
 import { pipeline, Transform, type Readable } from 'node:stream'
-import { parseDictionary, serializeByteSequence } from 'structured-headers'
+import { parseDictionary, serializeByteSequence, type Dictionary } from 'structured-headers'
 import type { DigestAlgorithm } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import type { Settings } from './options.js'
@@ -17,8 +17,14 @@ type DigestReply = FastifyReply & { [kSupplied]?: SuppliedDigests | null }
  * preference; none when every offered key is at 0 or absent.
  */
 function chosen (settings: Settings, want: string | string[], offered: (algorithm: Algorithm) => boolean): Algorithm | null {
-  // The field was judged when the request arrived: it parses, or the request was refused.
-  const weights = parseDictionary(String(want))
+  // Judged when the request arrived, unless something answered before the plugin's onRequest hook
+  // ran: a field that does not parse then asks for nothing.
+  let weights: Dictionary
+  try {
+    weights = parseDictionary(String(want))
+  } catch {
+    return null
+  }
   let best: Algorithm | null = null
   let bestWeight = 0
   for (const [key, algorithm] of settings.algorithms) {
@@ -115,8 +121,9 @@ export function responseDigests (settings: Settings): onSendHookHandler {
     }
     const content = reply.statusCode === 204 ? '' : payload ?? ''
     if (typeof (content as Readable).pipe === 'function') {
-      // A HEAD response sends no content, and its stream is not read: nothing to hash.
-      if (request.method === 'HEAD') {
+      // A HEAD response sends no content, and its stream is not read: nothing to hash. An HTTP/1.0
+      // recipient cannot take a trailer section: chunked framing is HTTP/1.1 (RFC 9112 section 6.1).
+      if (request.method === 'HEAD' || (request.raw.httpVersionMajor === 1 && request.raw.httpVersionMinor === 0)) {
         done(null, payload)
         return
       }

@@ -2,7 +2,7 @@ import type { Hash } from 'node:crypto'
 import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'
 import type { Algorithm } from './algorithms.js'
-import type { GeneralFinding } from './findings.js'
+import { shortened, type GeneralFinding } from './findings.js'
 
 // The content codings this plugin can remove (RFC 9110 section 8.4.1; zstd, RFC 8878, where the
 // running Node has it). x-gzip is gzip (RFC 9110 section 8.4.1.3).
@@ -30,62 +30,106 @@ export function contentCodings (contentEncoding: string | undefined): string[] |
   }
   const unknown = codings.find((coding) => !decoders.has(coding))
   if (unknown === undefined) return codings
-  return { kind: 'general', detail: `Unencoded-Digest cannot be verified: this server cannot remove the content coding ${unknown}` }
+  return { kind: 'general', detail: `Unencoded-Digest cannot be verified: this server cannot remove the content coding ${shortened(unknown)}` }
 }
 
 /**
  * Hashes the content with every content coding removed, for Unencoded-Digest: the received chunks
  * are decoded on the side, in the reverse of the order the codings were applied, and nothing
- * decoded is kept. At most `limit` decoded bytes are produced, so a small compressed bomb cannot
- * make the server decode gigabytes.
+ * decoded is kept. At most `limit` decoded bytes are produced at any stage, so a small compressed
+ * bomb cannot make the server decode gigabytes, and bytes after the end of a coding's stream
+ * (which a decoder would ignore) make the content unverifiable.
+ *
+ * The decoder is given copies, since readers may change their chunks in place before it reads
+ * them, and says when its input is full (`write` returns false, `whenDrained` waits), so that the
+ * source can be paused rather than the upload queued in memory.
  */
 export class UnencodedHasher {
+  readonly #codings: readonly string[]
   readonly #chain: readonly Transform[]
   readonly #first: Transform
-  readonly #last: Transform
-  readonly #algorithms: readonly Algorithm[]
   readonly #hashes: Hash[]
-  readonly #limit: number
+  readonly #algorithms: readonly Algorithm[]
+  // Bytes given to each stage, to compare with what it consumed (zlib's bytesWritten) at the end.
+  readonly #given: number[]
   #finding: GeneralFinding | null = null
+  #drained: (() => void) | null = null
 
   constructor (codings: readonly string[], algorithms: readonly Algorithm[], limit: number) {
-    const chain = codings.toReversed().map((coding) => (decoders.get(coding) as () => Transform)())
-    for (let i = 1; i < chain.length; i++) (chain[i - 1] as Transform).pipe(chain[i] as Transform)
+    this.#codings = codings.toReversed()
+    const chain = this.#codings.map((coding) => (decoders.get(coding) as () => Transform)())
     this.#chain = chain
     this.#first = chain[0] as Transform
-    this.#last = chain[chain.length - 1] as Transform
     this.#algorithms = algorithms
     this.#hashes = algorithms.map((algorithm) => algorithm.createHash())
-    this.#limit = limit
-    for (const decoder of chain) {
+    this.#given = chain.map(() => 0)
+    chain.forEach((decoder, i) => {
       decoder.on('error', (error: Error) => this.#fail(`the content does not decode: ${error.message}`))
       // Every stage is bounded, not only the last: a decoder ignores bytes after the end of its
       // stream, so an inner stage could decode gigabytes that never reach the last.
       let decoded = 0
+      const next = chain[i + 1]
       decoder.on('data', (chunk: Buffer) => {
         decoded += chunk.length
-        if (decoded > this.#limit) this.#fail(`the content decodes to more than ${this.#limit} bytes`, 413)
+        if (decoded > limit) this.#fail(`the content decodes to more than ${limit} bytes`, 413)
+        else if (next === undefined) for (const hash of this.#hashes) hash.update(chunk)
+        else this.#given[i + 1] = (this.#given[i + 1] as number) + chunk.length
       })
-    }
-    this.#last.on('data', (chunk: Buffer) => {
-      if (this.#finding === null) for (const hash of this.#hashes) hash.update(chunk)
+      if (next !== undefined) decoder.pipe(next)
     })
+    this.#first.on('drain', () => this.#release())
   }
 
-  write (chunk: Buffer): void {
-    if (this.#finding === null) this.#first.write(chunk)
+  /** Gives the decoder a copy of `chunk`; false when its input is full until `whenDrained`. */
+  write (chunk: Buffer): boolean {
+    if (this.#finding !== null) return true
+    this.#given[0] = (this.#given[0] as number) + chunk.length
+    return this.#first.write(Buffer.from(chunk))
+  }
+
+  /** Whether the decoder's input is full: the source waits (`whenDrained`) before it reads more. */
+  get full (): boolean {
+    return this.#finding === null && this.#first.writableNeedDrain
+  }
+
+  /** Calls back once the decoder takes input again, or has failed and takes none. */
+  whenDrained (callback: () => void): void {
+    if (this.full) this.#drained = callback
+    else callback()
   }
 
   /** Ends the decoding, then gives the digests of the decoded content, or why there are none. */
   end (callback: (result: Map<Algorithm, Buffer> | GeneralFinding) => void): void {
-    // finished() also answers for a chain a failure destroyed already.
-    finished(this.#last, () => callback(this.#finding ?? new Map(this.#algorithms.map((algorithm, i) => [algorithm, (this.#hashes[i] as Hash).digest()]))))
+    // finished() also answers for a stage a failure destroyed already.
+    let pending = this.#chain.length
+    for (const stage of this.#chain) {
+      finished(stage, () => {
+        if (--pending === 0) callback(this.#result())
+      })
+    }
     this.#first.end()
+  }
+
+  #result (): Map<Algorithm, Buffer> | GeneralFinding {
+    if (this.#finding !== null) return this.#finding
+    // A stage that consumed less than it was given met the end of its coding's stream early.
+    const early = this.#chain.findIndex((stage, i) => (stage as Transform & { bytesWritten: number }).bytesWritten !== this.#given[i])
+    if (early !== -1) {
+      return { kind: 'general', detail: `Unencoded-Digest cannot be verified: the content has bytes after the end of its ${this.#codings[early] as string} coding` }
+    }
+    return new Map(this.#algorithms.map((algorithm, i) => [algorithm, (this.#hashes[i] as Hash).digest()]))
+  }
+
+  #release (): void {
+    const drained = this.#drained
+    this.#drained = null
+    drained?.()
   }
 
   // Called once at most: a destroyed chain emits nothing more, and nothing is written to it.
   #fail (reason: string, status = 400): void {
     this.#finding = { kind: 'general', detail: `Unencoded-Digest cannot be verified: ${reason}`, status }
     for (const decoder of this.#chain) decoder.destroy()
+    this.#release()
   }
 }

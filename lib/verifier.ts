@@ -102,6 +102,12 @@ function pushThroughVerifier (this: Source, chunk: Buffer | string | null): bool
   return (this[kVerifier] as SourceVerifier).receive(chunk)
 }
 
+// Installed in place of its _read() while content is decoded on the side: a reader asking for more
+// (which resumes the connection) waits while the decoder's input is full.
+function readThroughVerifier (this: Source, size: number): void {
+  (this[kVerifier] as SourceVerifier).read(size)
+}
+
 // A Readable's 'error' reaches only listeners, as IncomingMessage's does: a reader without one sees
 // neither an end nor an uncaught exception. Destroying without the request's own _destroy also
 // keeps the connection, whose message is complete, so that the 400 can still be sent.
@@ -161,6 +167,7 @@ export class SourceVerifier implements PendingContent {
   settled = false
   readonly #source: Source
   readonly #push: (chunk: Buffer | null) => boolean
+  readonly #read: (size: number) => void
   readonly #verification: Verification
   // While null, the held chunk (if any) is the first and is not hashed yet: content that arrives in
   // one chunk is hashed in one call at its end, without setting up a Hash. Every other chunk is
@@ -174,6 +181,7 @@ export class SourceVerifier implements PendingContent {
   constructor (source: Readable, verification: Verification) {
     this.#source = source as Source
     this.#push = source.push
+    this.#read = source._read
     this.#verification = verification
   }
 
@@ -192,6 +200,11 @@ export class SourceVerifier implements PendingContent {
   attach (): void {
     this.#source[kVerifier] = this
     this.#source.push = pushThroughVerifier
+    if (this.#verification.unencoded !== null) this.#source._read = readThroughVerifier
+  }
+
+  read (size: number): void {
+    (this.#verification.unencoded as UnencodedHasher).whenDrained(() => this.#read.call(this.#source, size))
   }
 
   whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
@@ -228,8 +241,10 @@ export class SourceVerifier implements PendingContent {
       more = this.#push.call(this.#source, next)
       delivered = true
     }
-    // A push that hands nothing on still ends the stream's read, so that it asks for more.
-    return delivered ? more : this.#push.call(this.#source, nothing)
+    // A push that hands nothing on still ends the stream's read, so that it asks for more. A full
+    // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
+    if (!delivered) more = this.#push.call(this.#source, nothing)
+    return more && this.#verification.unencoded?.full !== true
   }
 
   #update (chunk: Buffer): void {
@@ -296,6 +311,7 @@ export class SourceVerifier implements PendingContent {
   #conclude (problem: DigestProblem | null): void {
     const source = this.#source
     source.push = this.#push
+    source._read = this.#read
     source[kVerifier] = undefined
     const held = this.#held
     const whenSettled = this.#whenSettled

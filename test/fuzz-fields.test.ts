@@ -197,7 +197,7 @@ function expectedOutcome (fields: Fields, content: string | null, settings: Sett
     if (!name.startsWith('want-')) continue
     for (const [key, value] of members) {
       if (value.kind !== 'integer' || value.value < 0 || value.value > 10) {
-        return general('bad preference', `${displayName[name]} gives ${key} a preference that is not an integer from 0 to 10`)
+        return general('bad preference', `${displayName[name]} gives ${key.length <= 64 ? key : key.slice(0, 64) + '…'} a preference that is not an integer from 0 to 10`)
       }
     }
   }
@@ -213,11 +213,13 @@ function expectedOutcome (fields: Fields, content: string | null, settings: Sett
     if (unsupported.length > 0 && (settings.strictAlgorithms || unsupported.length === asked.length)) {
       const refused = unsupported[0] as string
       const want = name.endsWith('repr-digest') ? 'want-repr-digest' : 'want-content-digest'
+      // A key over 64 characters is not repeated back (issue 15: answers stay bounded).
+      const echoed = refused.length <= 64
       return refuse(unsupported.length < asked.length ? 'unsupported algorithm, strict only' : 'unsupported algorithm', {
         type: problemBase + 'digest-unsupported-algorithm',
         title: 'Unsupported Hashing Algorithm',
-        'unsupported-algorithm': refused
-      }, { [want]: wantField(refused) })
+        ...(echoed ? { 'unsupported-algorithm': refused } : { detail: 'the key is over 64 characters long' })
+      }, { [want]: wantField(echoed ? refused : undefined) })
     }
   }
 
