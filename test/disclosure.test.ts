@@ -1,3 +1,4 @@
+import { gzipSync } from 'node:zlib'
 import t from 'tap'
 import { buildApp, hello, helloSha256, json, member, problemTypes } from './helpers.js'
 
@@ -49,4 +50,25 @@ t.test('full disclosure tells the failures apart', async (t) => {
     bodies.add(response.body)
   }
   t.equal(bodies.size, failures.length)
+})
+
+// Issue 15, item 7: under disclosure none a decoding bomb was answered with its reason and the
+// limit in a detail; every failure of the plugin is now the bare document of its status.
+t.test('disclosure none tells nothing of a failure that is not a 400 either', async (t) => {
+  const { app, calls } = await buildApp({ disclosure: 'none' }, { bodyLimit: 4096 })
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+  const bomb = gzipSync(Buffer.alloc(1024 * 1024))
+  const response = await app.inject({
+    method: 'POST', url: '/', payload: bomb, headers: { 'content-type': 'application/octet-stream', 'content-encoding': 'gzip', 'unencoded-digest': helloSha256 }
+  })
+  t.equal(response.statusCode, 413)
+  t.equal(response.headers['content-type'], 'application/problem+json')
+  t.equal(response.body, '{"type":"about:blank","title":"Content Too Large"}')
+  t.equal(calls.handler, 0)
+  const full = await buildApp({}, { bodyLimit: 4096 })
+  full.app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+  const told = await full.app.inject({
+    method: 'POST', url: '/', payload: bomb, headers: { 'content-type': 'application/octet-stream', 'content-encoding': 'gzip', 'unencoded-digest': helloSha256 }
+  })
+  t.same(told.json(), { type: 'about:blank', title: 'Content Too Large', detail: 'Unencoded-Digest cannot be verified: the content decodes to more than 4096 bytes' }, 'full disclosure says why')
 })
