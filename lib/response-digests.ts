@@ -12,19 +12,25 @@ export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 type DigestReply = FastifyReply & { [kSupplied]?: SuppliedDigests | null }
 
 /**
+ * The preferences a Want-* field states, or null when there is none. The field was judged when the
+ * request arrived, unless something answered before the plugin's onRequest hook ran: one that does
+ * not parse then asks for nothing.
+ */
+function preferencesOf (want: string | string[] | undefined): Dictionary | null {
+  if (want === undefined) return null
+  try {
+    return parseDictionary(String(want))
+  } catch {
+    return null
+  }
+}
+
+/**
  * The algorithm a response field is sent with when a request asks for it (RFC 9530 section 4):
  * among those `offered`, the one the client weighs highest, ties going to the route's own
  * preference; none when every offered key is at 0 or absent.
  */
-function chosen (settings: Settings, want: string | string[], offered: (algorithm: Algorithm) => boolean): Algorithm | null {
-  // Judged when the request arrived, unless something answered before the plugin's onRequest hook
-  // ran: a field that does not parse then asks for nothing.
-  let weights: Dictionary
-  try {
-    weights = parseDictionary(String(want))
-  } catch {
-    return null
-  }
+function chosen (settings: Settings, weights: Dictionary, offered: (algorithm: Algorithm) => boolean): Algorithm | null {
   let best: Algorithm | null = null
   let bestWeight = 0
   for (const [key, algorithm] of settings.algorithms) {
@@ -75,13 +81,13 @@ export function responseDigests (settings: Settings): onSendHookHandler {
   const preferred = settings.algorithms.values().next().value as Algorithm
 
   return function sendDigests (request, reply: DigestReply, payload, done) {
-    const wantContent = request.headers['want-content-digest']
-    const wantRepr = request.headers['want-repr-digest']
+    const wantContentField = request.headers['want-content-digest']
+    const wantReprField = request.headers['want-repr-digest']
     // A content coding added after the handler (@fastify/compress) changes the representation
     // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
     const encoding = reply.getHeader('content-encoding')
     const supplied = encoding === undefined || encoding === 'identity' ? reply[kSupplied] ?? null : null
-    if (wantContent === undefined && wantRepr === undefined && !unsolicitedContent && !unsolicitedRepr) {
+    if (wantContentField === undefined && wantReprField === undefined && !unsolicitedContent && !unsolicitedRepr) {
       done(null, payload)
       return
     }
@@ -92,19 +98,21 @@ export function responseDigests (settings: Settings): onSendHookHandler {
       return
     }
     // A response that depends on the preference fields says so to caches (RFC 9110 section 12.5.5).
-    if (wantContent !== undefined || wantRepr !== undefined) {
-      addVary(reply, [...(wantContent === undefined ? [] : ['Want-Content-Digest']), ...(wantRepr === undefined ? [] : ['Want-Repr-Digest'])].join(', '))
+    if (wantContentField !== undefined || wantReprField !== undefined) {
+      addVary(reply, [...(wantContentField === undefined ? [] : ['Want-Content-Digest']), ...(wantReprField === undefined ? [] : ['Want-Repr-Digest'])].join(', '))
     }
+    const wantContent = preferencesOf(wantContentField)
+    const wantRepr = preferencesOf(wantReprField)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const contentAlgorithm = !covers.content
       ? null
-      : wantContent !== undefined ? chosen(settings, wantContent, () => true) : unsolicitedContent ? preferred : null
+      : wantContent !== null ? chosen(settings, wantContent, () => true) : unsolicitedContent ? preferred : null
     // A digest the application supplied wins whenever the client accepts its algorithm, so that a
     // stored checksum is sent instead of hashing the representation again.
     const reprOffered = covers.repr === 'payload' ? () => true : isSupplied
     let reprAlgorithm: Algorithm | null = null
     if (covers.repr !== 'none') {
-      if (wantRepr !== undefined) {
+      if (wantRepr !== null) {
         reprAlgorithm = chosen(settings, wantRepr, isSupplied) ?? chosen(settings, wantRepr, reprOffered)
       } else if (unsolicitedRepr) {
         reprAlgorithm = [...settings.algorithms.values()].find(isSupplied) ?? (reprOffered(preferred) ? preferred : null)
