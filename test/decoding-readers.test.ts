@@ -117,3 +117,28 @@ t.test('bytes after the end of a coded stream are refused, for every coding and 
   }
   t.equal(handled, cases.length, 'no handler ran on content with bytes no digest covered')
 })
+
+t.test('a decoding bomb sent in many chunks is refused once it decodes past bodyLimit, and the rest is not decoded', async (t) => {
+  const escaped = watchProcess(t)
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  let completed = 0
+  app.addContentTypeParser('*', (_request, payload, done) => done(null, payload))
+  app.post('/', async (request) => {
+    for await (const chunk of request.body as AsyncIterable<Buffer>) void chunk
+    completed++
+    return 'read'
+  })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const bomb = zlib.gzipSync(Buffer.alloc(64 * 1024 * 1024))
+  const chunks = randomChunks(bomb, 2048, seededRandom(fuzzSeed))
+  const response = await rawRequest(port, [
+    'POST / HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream', `Content-Length: ${bomb.length}`,
+    'Content-Encoding: gzip', `Unencoded-Digest: ${sha256(Buffer.alloc(64 * 1024 * 1024))}`
+  ], chunks)
+  t.equal(response.status, 413)
+  t.same(JSON.parse(response.body), { type: 'about:blank', title: 'Content Too Large', detail: 'Unencoded-Digest cannot be verified: the content decodes to more than 1048576 bytes' })
+  t.equal(completed, 0, 'the handler saw an error in place of the end')
+  t.same(escaped, [])
+})
