@@ -91,6 +91,10 @@ const nothing = Buffer.alloc(0)
 
 function discard (): void {}
 
+function refuseEnd (): boolean {
+  return false
+}
+
 // The bytes held back from readers until the content is verified: more than any multipart close
 // delimiter (RFC 2046 section 5.1.1: a boundary has at most 70 characters), so that not even the
 // last part of a multipart body ends before its digest is known.
@@ -117,13 +121,16 @@ function destroyQuietly (this: Readable, error: Error | null, callback: (error?:
 
 /** Gives readers the problem in place of the end; returns whether any of them listens for it. */
 export function failSource (source: Readable, problem: DigestProblem): boolean {
-  const heard = source.listenerCount('error') > 0
   // inject()'s request (light-my-request) ignores a destroy once its payload is pushed, and takes
-  // an error on a destroyed request for a broken response: it is given the error alone.
+  // an error on a destroyed request for a broken response: it is given the error alone, heard only
+  // by listeners besides its own. Nor may it end later: it pushes an end on every read once done.
   if ('_lightMyRequest' in source) {
+    source.push = refuseEnd
+    const heard = source.listenerCount('error') > 1
     if (heard) source.emit('error', problem)
     return heard
   }
+  const heard = source.listenerCount('error') > 0
   source._destroy = destroyQuietly
   Readable.prototype.destroy.call(source, problem)
   return heard
