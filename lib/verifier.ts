@@ -211,7 +211,10 @@ export class SourceVerifier implements PendingContent {
   }
 
   read (size: number): void {
-    (this.#verification.unencoded as UnencodedHasher).whenDrained(() => this.#read.call(this.#source, size))
+    // Once the end has arrived (HTTP/2 pushes it when the stream closes) nothing is left to read.
+    (this.#verification.unencoded as UnencodedHasher).whenDrained(() => {
+      if (!this.#ending) this.#read.call(this.#source, size)
+    })
   }
 
   whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
