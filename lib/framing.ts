@@ -51,3 +51,16 @@ export function keptTransferCoding (transferEncoding: string | undefined): Gener
   if (kept === undefined) return null
   return { kind: 'general', detail: `the content cannot be verified: this server does not remove its transfer coding ${shortened(kept)}` }
 }
+
+// RFC 2046 section 5.1.1 and RFC 7578 section 4.1: the boundary parameter, a token or a quoted string.
+const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;"]+))/i
+
+/**
+ * The close delimiter of a multipart body (RFC 2046 section 5.1.1), after which a multipart
+ * reader's last part has ended whatever follows (an epilogue), or null for other content.
+ */
+export function closeDelimiter (contentType: string | undefined): Buffer | null {
+  if (contentType === undefined || !/^\s*multipart\//i.test(contentType)) return null
+  const match = boundaryParameter.exec(contentType)
+  return match === null ? null : Buffer.from(`--${match[1] ?? match[2]}--`)
+}

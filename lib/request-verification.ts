@@ -4,7 +4,7 @@ import type { Algorithm } from './algorithms.js'
 import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
 import { missingField, type Finding } from './findings.js'
-import { declaredLength, isPartial, keptTransferCoding } from './framing.js'
+import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from './framing.js'
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
@@ -89,6 +89,7 @@ export function verifyRequest (
     unencoded,
     partial,
     coded,
+    closeDelimiter: closeDelimiter(headers['content-type']),
     verified (digest) { request.digest = digest },
     failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
   })

@@ -67,6 +67,8 @@ export interface Verification {
   readonly partial: boolean
   /** Whether a content coding applies, which an Unencoded-Digest must be checked without. */
   readonly coded: boolean
+  /** A multipart body's close delimiter, after which everything is held until the verdict. */
+  readonly closeDelimiter: Buffer | null
   /** Receives what was verified, just before the content ends for its readers. */
   verified (digest: VerifiedDigest): void
   /**
@@ -99,6 +101,10 @@ function refuseEnd (): boolean {
 // delimiter (RFC 2046 section 5.1.1: a boundary has at most 70 characters), so that not even the
 // last part of a multipart body ends before its digest is known.
 const tailLength = 1024
+
+// What may follow a multipart body's close delimiter (an epilogue, RFC 2046 section 5.1.1, which
+// readers ignore) while it is held: content with more is refused, and the rest not kept.
+const maxEpilogue = 64 * 1024
 
 // Installed on the request stream in place of its push(): shared by every request, so no closure is
 // made per request; the verifier is found on the stream.
@@ -184,6 +190,10 @@ export class SourceVerifier implements PendingContent {
   #heldLength = 0
   #whenSettled: ((problem?: DigestProblem) => void) | null = null
   #ending = false
+  // The last bytes scanned for the close delimiter (a copy: readers may change theirs), and once it
+  // was seen, how many bytes came after it.
+  #scanned: Buffer = nothing
+  #afterClose: number | null = null
 
   constructor (source: Readable, verification: Verification) {
     this.#source = source as Source
@@ -241,11 +251,25 @@ export class SourceVerifier implements PendingContent {
       this.#update(held[0] as Buffer)
       this.#update(bytes)
     }
+    if (this.#afterClose !== null) {
+      this.#afterClose += bytes.length
+      // Past the bound, nothing more is kept: the content is refused at its end.
+      if (this.#afterClose > maxEpilogue) {
+        this.#held = []
+        this.#heldLength = 0
+        return this.#push.call(this.#source, nothing)
+      }
+    } else if (this.#verification.closeDelimiter !== null) {
+      const end = this.#closeDelimiterEnd(bytes, this.#verification.closeDelimiter)
+      if (end !== -1) this.#afterClose = bytes.length - end
+    }
     held.push(bytes)
     this.#heldLength += bytes.length
     let more = true
     let delivered = false
-    while (this.#heldLength - (held[0] as Buffer).length >= tailLength) {
+    // After a multipart body's close delimiter its last part would end for a reader, however long
+    // an epilogue follows: nothing more is delivered until the verdict.
+    while (this.#afterClose === null && this.#heldLength - (held[0] as Buffer).length >= tailLength) {
       const next = held.shift() as Buffer
       this.#heldLength -= next.length
       more = this.#push.call(this.#source, next)
@@ -255,6 +279,19 @@ export class SourceVerifier implements PendingContent {
     // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
     if (!delivered) more = this.#push.call(this.#source, nothing)
     return more && this.#verification.unencoded?.full !== true
+  }
+
+  // Where in the chunk the delimiter ends, searching the bytes before it too, or -1; keeps a copy
+  // of the chunk's last bytes for the next search.
+  #closeDelimiterEnd (bytes: Buffer, delimiter: Buffer): number {
+    const before = this.#scanned
+    const edge = Buffer.concat([before, bytes.subarray(0, delimiter.length - 1)]).indexOf(delimiter)
+    if (edge !== -1) return edge + delimiter.length - before.length
+    const within = bytes.indexOf(delimiter)
+    if (within !== -1) return within + delimiter.length
+    const last = Buffer.concat([before, bytes.subarray(-(delimiter.length - 1))])
+    this.#scanned = last.subarray(Math.max(0, last.length - (delimiter.length - 1)))
+    return -1
   }
 
   #update (chunk: Buffer): void {
@@ -313,6 +350,9 @@ export class SourceVerifier implements PendingContent {
       all = [...expectations, ...judgement.expectations]
     }
     if (unencoded !== null && !(unencoded instanceof Map)) return [unencoded]
+    if ((this.#afterClose ?? 0) > maxEpilogue) {
+      return [{ kind: 'general', detail: `the content cannot be verified: more than ${maxEpilogue} bytes follow its multipart close delimiter` }]
+    }
     // A field announced in Trailer but never sent leaves nothing checked, which `required` refuses.
     if (all.length === 0 && settings.required) return [missingField(settings.algorithms.keys())]
     return compareDigests(all, { received, unencoded })
