@@ -48,6 +48,16 @@ function isStream (body: unknown): boolean {
   return typeof (body as Readable | undefined)?.pipe === 'function'
 }
 
+/**
+ * Takes back the `Connection: close` Fastify sets on a parser's error, leaving the field to Node
+ * as for any other response. Node's removeHeader() marks the field removed (`_removedConnection`)
+ * and would then send none at all, which alone would tell the failure apart.
+ */
+function keepConnection (reply: FastifyReply): void {
+  reply.removeHeader('connection')
+  ;(reply.raw as { _removedConnection?: boolean })._removedConnection = false
+}
+
 function routeName (route: RouteOptions): string {
   return `${Array.isArray(route.method) ? route.method.join(',') : route.method} ${route.url}`
 }
@@ -122,7 +132,14 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     const routeErrorHandler = route.errorHandler
     if ((routeErrorHandler as { [kAnswers]?: true } | undefined)?.[kAnswers] === true) return
     route.errorHandler = Object.assign(function digestErrorHandler (this: FastifyInstance, error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
-      if (error instanceof DigestProblem) return sendProblem(error, request, reply)
+      if (error instanceof DigestProblem) {
+        // Fastify closes the connection on a parser's error, as the client may still be sending; a
+        // verdict comes once the content is complete, so the connection stays as it would for
+        // any other answer (pipelined requests behind it are answered, and disclosure `none`
+        // does not tell a mismatch by a closing connection).
+        if (request.raw.complete) keepConnection(reply)
+        return sendProblem(error, request, reply)
+      }
       if (routeErrorHandler !== undefined) return routeErrorHandler.call(this, error, request, reply)
       throw error
     }, { [kAnswers]: true as const })
