@@ -190,9 +190,10 @@ export class SourceVerifier implements PendingContent {
   #heldLength = 0
   #whenSettled: ((problem?: DigestProblem) => void) | null = null
   #ending = false
-  // The last bytes scanned for the close delimiter (a copy: readers may change theirs), and once it
-  // was seen, how many bytes came after it.
+  // The last bytes scanned for the close delimiter (a copy: readers may change theirs); once it was
+  // seen, what is held from it on, and how many bytes came after its end.
   #scanned: Buffer = nothing
+  #closing: Buffer[] | null = null
   #afterClose: number | null = null
 
   constructor (source: Readable, verification: Verification) {
@@ -251,25 +252,28 @@ export class SourceVerifier implements PendingContent {
       this.#update(held[0] as Buffer)
       this.#update(bytes)
     }
-    if (this.#afterClose !== null) {
-      this.#afterClose += bytes.length
-      // Past the bound, nothing more is kept: the content is refused at its end.
-      if (this.#afterClose > maxEpilogue) {
-        this.#held = []
-        this.#heldLength = 0
-        return this.#push.call(this.#source, nothing)
-      }
-    } else if (this.#verification.closeDelimiter !== null) {
-      const end = this.#closeDelimiterEnd(bytes, this.#verification.closeDelimiter)
-      if (end !== -1) this.#afterClose = bytes.length - end
-    }
+    if (this.#closing !== null) return this.#holdAfterClose(bytes)
+    const delimiter = this.#verification.closeDelimiter
+    const start = delimiter === null ? null : this.#closeDelimiterStart(bytes, delimiter)
+    if (start === null) return this.#hold(bytes)
+    // The chunk is split at the delimiter: what comes before it is held back as any other chunk,
+    // the rest until the verdict. A first chunk, not hashed yet, is hashed whole now.
+    if (this.#hashes === null) this.#update(bytes)
+    this.#closing = []
+    this.#afterClose = -(start + (delimiter as Buffer).length)
+    const more = this.#hold(bytes.subarray(0, Math.max(0, start)))
+    this.#holdAfterClose(bytes.subarray(Math.max(0, start)))
+    return more
+  }
+
+  /** Holds back the last kilobyte received, delivering what came before it. */
+  #hold (bytes: Buffer): boolean {
+    const held = this.#held
     held.push(bytes)
     this.#heldLength += bytes.length
     let more = true
     let delivered = false
-    // After a multipart body's close delimiter its last part would end for a reader, however long
-    // an epilogue follows: nothing more is delivered until the verdict.
-    while (this.#afterClose === null && this.#heldLength - (held[0] as Buffer).length >= tailLength) {
+    while (this.#heldLength - (held[0] as Buffer).length >= tailLength) {
       const next = held.shift() as Buffer
       this.#heldLength -= next.length
       more = this.#push.call(this.#source, next)
@@ -281,17 +285,28 @@ export class SourceVerifier implements PendingContent {
     return more && this.#verification.unencoded?.full !== true
   }
 
-  // Where in the chunk the delimiter ends, searching the bytes before it too, or -1; keeps a copy
-  // of the chunk's last bytes for the next search.
-  #closeDelimiterEnd (bytes: Buffer, delimiter: Buffer): number {
+  // After a multipart body's close delimiter its last part would end for a reader, however long an
+  // epilogue follows: nothing from the delimiter on is delivered until the verdict, and past the
+  // bound nothing more is kept, since the content is refused at its end.
+  #holdAfterClose (bytes: Buffer): boolean {
+    const closing = this.#closing as Buffer[]
+    this.#afterClose = (this.#afterClose as number) + bytes.length
+    if (this.#afterClose > maxEpilogue) closing.length = 0
+    else closing.push(bytes)
+    return this.#push.call(this.#source, nothing) && this.#verification.unencoded?.full !== true
+  }
+
+  // Where in the chunk the delimiter starts (below 0 when it began in the bytes before it), or
+  // null; keeps a copy of the chunk's last bytes for the next search.
+  #closeDelimiterStart (bytes: Buffer, delimiter: Buffer): number | null {
     const before = this.#scanned
     const edge = Buffer.concat([before, bytes.subarray(0, delimiter.length - 1)]).indexOf(delimiter)
-    if (edge !== -1) return edge + delimiter.length - before.length
+    if (edge !== -1) return edge - before.length
     const within = bytes.indexOf(delimiter)
-    if (within !== -1) return within + delimiter.length
+    if (within !== -1) return within
     const last = Buffer.concat([before, bytes.subarray(-(delimiter.length - 1))])
     this.#scanned = last.subarray(Math.max(0, last.length - (delimiter.length - 1)))
-    return -1
+    return null
   }
 
   #update (chunk: Buffer): void {
@@ -363,9 +378,10 @@ export class SourceVerifier implements PendingContent {
     source.push = this.#push
     source._read = this.#read
     source[kVerifier] = undefined
-    const held = this.#held
+    const held = [...this.#held, ...this.#closing ?? []]
     const whenSettled = this.#whenSettled
     this.#held = []
+    this.#closing = null
     this.#whenSettled = null
     if (problem !== null) {
       const heard = failSource(source, problem)

@@ -39,8 +39,10 @@ const { stdout: packed } = await run('npm', ['pack', '--ignore-scripts', '--json
 const [{ filename, files }] = JSON.parse(packed) as [{ filename: string, files: Array<{ path: string }> }]
 // The dependencies come from npm's cache when `npm ci` filled it, from the registry otherwise.
 await run('npm', ['init', '-y'], { cwd: app })
+// TypeScript 7, the native compiler, is what `npm install typescript` gives users: the scratch
+// application has it, and the repository's TypeScript 6 (which tap's loader needs) compiles too.
 await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', join(app, filename),
-  `fastify@${await versionOf('fastify')}`, `@types/node@${await versionOf('@types/node')}`], { cwd: app })
+  `fastify@${await versionOf('fastify')}`, `@types/node@${await versionOf('@types/node')}`, 'typescript@7'], { cwd: app })
 
 t.test('the tarball holds both entries, their types, and no source map', async (t) => {
   const paths = files.map(({ path }) => path)
@@ -50,10 +52,16 @@ t.test('the tarball holds both entries, their types, and no source map', async (
   t.same(paths.filter((path) => path.endsWith('.map') || path.startsWith('lib/') || path.startsWith('test')), [])
 })
 
-t.test('TypeScript applications compile under nodenext and bundler resolution', async (t) => {
+t.test('TypeScript applications compile under nodenext and bundler resolution, with TypeScript 6 and 7', async (t) => {
+  // TypeScript 7's `tsc` is a native executable in a package for the platform: run it as it is,
+  // since the test runner hooks every Node process it starts, which its ES module launcher trips.
+  const tsc7 = join(app, `node_modules/@typescript/typescript-${process.platform}-${process.arch}/lib/tsc`)
+  const { stdout: version } = await run(tsc7, ['--version'], { cwd: app })
+  t.match(version, /^Version 7\./, 'the scratch application has TypeScript 7')
   for (const config of ['tsconfig.nodenext.json', 'tsconfig.bundler.json']) {
     // A failure here prints the compiler's diagnostics (an unused @ts-expect-error among them).
-    await t.resolves(run(process.execPath, [tsc, '-p', config], { cwd: app }), config)
+    await t.resolves(run(process.execPath, [tsc, '-p', config], { cwd: app }), `${config}, TypeScript 6`)
+    await t.resolves(run(tsc7, ['-p', config, '--noEmit'], { cwd: app }), `${config}, TypeScript 7`)
   }
 })
 
