@@ -279,10 +279,13 @@ export class SourceVerifier implements PendingContent {
       more = this.#push.call(this.#source, next)
       delivered = true
     }
-    // A push that hands nothing on still ends the stream's read, so that it asks for more. A full
-    // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
-    if (!delivered) more = this.#push.call(this.#source, nothing)
-    return more && this.#verification.unencoded?.full !== true
+    // A push that hands nothing on still ends the stream's read, so that it asks for more.
+    return this.#wantsMore(delivered ? more : this.#push.call(this.#source, nothing))
+  }
+
+  // A full decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
+  #wantsMore (pushed: boolean): boolean {
+    return pushed && this.#verification.unencoded?.full !== true
   }
 
   // After a multipart body's close delimiter its last part would end for a reader, however long an
@@ -293,7 +296,7 @@ export class SourceVerifier implements PendingContent {
     this.#afterClose = (this.#afterClose as number) + bytes.length
     if (this.#afterClose > maxEpilogue) closing.length = 0
     else closing.push(bytes)
-    return this.#push.call(this.#source, nothing) && this.#verification.unencoded?.full !== true
+    return this.#wantsMore(this.#push.call(this.#source, nothing))
   }
 
   // Where in the chunk the delimiter starts (below 0 when it began in the bytes before it), or

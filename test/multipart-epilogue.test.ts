@@ -84,3 +84,15 @@ t.test('a close delimiter split over DATA frames at any byte is still found', as
   }
   t.same(stored, [])
 })
+
+t.test('multipart content without a boundary parameter is verified as it is, with nothing to hold', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('multipart/form-data', { parseAs: 'buffer' }, (_request, payload, done) => done(null, payload))
+  app.post('/', async (request) => ({ length: (request.body as Buffer).length, fields: request.digest?.fields }))
+  const content = body('the signed content', 2000)
+  for (const contentType of ['multipart/form-data', 'multipart/form-data; charset=utf-8', 'multipart/form-data; Boundary=XyZ']) {
+    const response = await app.inject({ method: 'POST', url: '/', payload: content, headers: { 'content-type': contentType, 'content-digest': sha256(content) } })
+    t.same(response.json(), { length: content.length, fields: ['content-digest'] }, contentType)
+  }
+})
