@@ -16,7 +16,9 @@ import { hasNoDigestFields } from './fields.js'
 import { pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem } from './problems.js'
 import { TrailerWatch, verifyRequest, watchTrailers } from './request-verification.js'
-import { kSupplied, responseDigests, type SuppliedDigests } from './response-digests.js'
+import { responseDigests, type SuppliedDigests } from './response-digests.js'
+import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kSuppliedDigests } from './symbols.js'
+import { declaredBeforeRegistration } from './warnings.js'
 import { lookupAlgorithm } from './algorithms.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
 
@@ -33,15 +35,10 @@ export {
   unsupportedAlgorithmsSchema
 } from './problems.js'
 
-const kSettings = Symbol('fastify-digest-fields.settings')
-const kVerifier = Symbol('fastify-digest-fields.verifier')
-const kAnswers = Symbol('fastify-digest-fields.answers')
-const kSendDigests = Symbol('fastify-digest-fields.send-digests')
-
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
-type RouteConfig = FastifyContextConfig & { [kSettings]?: Settings | null }
-type DigestRequest = FastifyRequest & { [kVerifier]?: PendingContent | null }
+type RouteConfig = FastifyContextConfig & { [kRouteSettings]?: Settings | null }
+type DigestRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null }
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
@@ -77,11 +74,11 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
    */
   function settingsOf (request: FastifyRequest): Settings | null {
     const config = request.routeOptions.config as RouteConfig
-    const settings = config[kSettings]
+    const settings = config[kRouteSettings]
     if (settings !== undefined) return settings
     if (!request.is404 && !unseen.has(config)) {
       unseen.add(config)
-      request.log.warn(`fastify-digest-fields: ${request.method} ${request.routeOptions.url} was declared before the plugin was registered, so its config.digest is not read: it is checked with the plugin defaults and its problems are answered by the application's error handler. Declare routes after \`await fastify.register(fastifyDigestFields)\`.`)
+      request.log.warn(declaredBeforeRegistration(request.method, request.routeOptions.url))
     }
     return defaults
   }
@@ -90,8 +87,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // the parent's, and the first onRequest hook to see a request does the work.
   if (!fastify.hasRequestDecorator('digest')) {
     fastify.decorateRequest('digest', null)
-    fastify.decorateRequest(kVerifier, null)
-    fastify.decorateReply(kSupplied, null)
+    fastify.decorateRequest(kPendingContent, null)
+    fastify.decorateReply(kSuppliedDigests, null)
     fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
       for (const [key, value] of Object.entries(digests)) {
         const algorithm = lookupAlgorithm(key)
@@ -99,14 +96,14 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
           throw new TypeError(`fastify-digest-fields: reply.reprDigest: ${key} must be a Buffer of the digest's length`)
         }
       }
-      ;(this as FastifyReply & { [kSupplied]: SuppliedDigests })[kSupplied] = digests
+      ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = digests
       return this
     })
   }
 
   fastify.addHook('onRoute', (route) => {
     const settings = routeSettings(defaults, route.config?.digest, routeName(route))
-    route.config = { ...route.config, [kSettings]: settings } as RouteConfig
+    route.config = { ...route.config, [kRouteSettings]: settings } as RouteConfig
     if (settings === null) return
     anyRequired ||= settings.required
     // After every onRoute hook has added its own (a microtask runs once the route's onRoute hooks
@@ -130,7 +127,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // the application's handler (Fastify chains to the scope's handler when this one rethrows), so
     // the application keeps setErrorHandler to itself.
     const routeErrorHandler = route.errorHandler
-    if ((routeErrorHandler as { [kAnswers]?: true } | undefined)?.[kAnswers] === true) return
+    if ((routeErrorHandler as { [kAnswersProblems]?: true } | undefined)?.[kAnswersProblems] === true) return
     route.errorHandler = Object.assign(function digestErrorHandler (this: FastifyInstance, error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
       if (error instanceof DigestProblem) {
         // Fastify closes the connection on a parser's error, as the client may still be sending; a
@@ -142,7 +139,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       }
       if (routeErrorHandler !== undefined) return routeErrorHandler.call(this, error, request, reply)
       throw error
-    }, { [kAnswers]: true as const })
+    }, { [kAnswersProblems]: true as const })
   })
 
   // The fields are judged, and the content taken over at its source, as soon as the route is known:
@@ -152,24 +149,24 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     const noFields = hasNoDigestFields(request.headers)
     // A parent scope's registration ran first: content it took over stays with it, a mere watch
     // for trailer fields gives way to this scope's settings.
-    const prior = request[kVerifier]
+    const prior = request[kPendingContent]
     if (prior instanceof SourceVerifier || request.digest !== null) {
       done()
       return
     }
     if (prior instanceof TrailerWatch) prior.detach()
     if (noFields && !anyRequired) {
-      request[kVerifier] = watchTrailers(request, reply, settingsOf)
+      request[kPendingContent] = watchTrailers(request, reply, settingsOf)
       done()
       return
     }
     const settings = settingsOf(request)
     if (settings === null || (noFields && !settings.required)) {
-      request[kVerifier] = settings === null ? null : watchTrailers(request, reply, settingsOf)
+      request[kPendingContent] = settings === null ? null : watchTrailers(request, reply, settingsOf)
       done()
       return
     }
-    verifyRequest(request, reply, settings, settingsOf, (pending) => { request[kVerifier] = pending }, done)
+    verifyRequest(request, reply, settings, settingsOf, (pending) => { request[kPendingContent] = pending }, done)
   })
 
   // After the parser: a parser that took part of the content and handed no stream on (one that
@@ -177,7 +174,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // digest is not known yet, so the rest is read here and the request goes on once it matched.
   // Content nobody has read yet is left for the handler, which sees the error in place of the end.
   fastify.addHook('preValidation', (request: DigestRequest, _reply, done) => {
-    const verifier = request[kVerifier]
+    const verifier = request[kPendingContent]
     if (verifier == null || verifier.settled || !request.raw.readableDidRead || isStream(request.body)) {
       done()
       return
@@ -190,7 +187,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // on it. A success reply then waits for the verdict, and a failure turns it into the problem, so
   // that no client is told that content whose digest failed was taken.
   fastify.addHook('onSend', (request: DigestRequest, reply, payload, done) => {
-    const verifier = request[kVerifier]
+    const verifier = request[kPendingContent]
     // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
     if (verifier == null || verifier.settled || reply.statusCode >= 400) {
       done(null, payload)

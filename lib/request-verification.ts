@@ -8,7 +8,10 @@ import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from '.
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
-import { compareDigests, failSource, hasIntegrityTrailer, readToEnd, SourceVerifier, type PendingContent } from './verifier.js'
+import { failSource, hasIntegrityTrailer, readToEnd } from './source.js'
+import { kTrailerWatch } from './symbols.js'
+import { compareDigests } from './verdict.js'
+import { SourceVerifier, type PendingContent } from './verifier.js'
 
 type HookDone = (error?: Error) => void
 
@@ -102,14 +105,12 @@ export function verifyRequest (
   done()
 }
 
-const kWatch = Symbol('fastify-digest-fields.trailer-watch')
-
-type WatchedSource = Readable & { [kWatch]?: TrailerWatch | undefined, trailers?: Record<string, string | undefined> }
+type WatchedSource = Readable & { [kTrailerWatch]?: TrailerWatch | undefined, trailers?: Record<string, string | undefined> }
 
 // Only the end is looked at: chunks pass straight on.
 function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boolean {
   if (chunk !== null) return Object.getPrototypeOf(this).push.call(this, chunk)
-  return (this[kWatch] as TrailerWatch).end(this)
+  return (this[kTrailerWatch] as TrailerWatch).end(this)
 }
 
 /**
@@ -138,7 +139,7 @@ export class TrailerWatch implements PendingContent {
   detach (): void {
     const source = this.request.raw as WatchedSource
     Reflect.deleteProperty(source, 'push')
-    source[kWatch] = undefined
+    source[kTrailerWatch] = undefined
   }
 
   end (source: WatchedSource): boolean {
@@ -169,7 +170,7 @@ export function watchTrailers (request: FastifyRequest, reply: FastifyReply, set
   if (!canHaveTrailers) return null
   const watch = new TrailerWatch(request, reply, settingsOf)
   const source = request.raw as WatchedSource
-  source[kWatch] = watch
+  source[kTrailerWatch] = watch
   source.push = pushWatchingTrailers
   return watch
 }

@@ -5,11 +5,10 @@ import { parseDictionary, serializeByteSequence, type Dictionary } from 'structu
 import type { DigestAlgorithm } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import type { Settings } from './options.js'
-
-export const kSupplied = Symbol('fastify-digest-fields.supplied')
+import { kSuppliedDigests } from './symbols.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
-type DigestReply = FastifyReply & { [kSupplied]?: SuppliedDigests | null }
+type DigestReply = FastifyReply & { [kSuppliedDigests]?: SuppliedDigests | null }
 
 /**
  * The preferences a Want-* field states, or null when there is none. The field was judged when the
@@ -86,7 +85,7 @@ export function responseDigests (settings: Settings): onSendHookHandler {
     // A content coding added after the handler (@fastify/compress) changes the representation
     // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
     const encoding = reply.getHeader('content-encoding')
-    const supplied = encoding === undefined || encoding === 'identity' ? reply[kSupplied] ?? null : null
+    const supplied = encoding === undefined || encoding === 'identity' ? reply[kSuppliedDigests] ?? null : null
     if (wantContentField === undefined && wantReprField === undefined && !unsolicitedContent && !unsolicitedRepr) {
       done(null, payload)
       return

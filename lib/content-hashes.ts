@@ -1,0 +1,48 @@
+/** The digests of a request's content as it arrives: of the bytes received, and of the decoded content. */
+import type { Hash } from 'node:crypto'
+import type { Algorithm } from './algorithms.js'
+import type { UnencodedHasher } from './unencoded.js'
+
+export class ContentHashes {
+  readonly #algorithms: readonly Algorithm[]
+  readonly #decoder: UnencodedHasher | null
+  // Content that arrives in one chunk is hashed in one call at its end, without setting up a Hash
+  // (most of the cost of a small body): the chunk waits here, held back from readers. Every other
+  // chunk is hashed as it arrives, before any reader can see it.
+  #only: Buffer | null = null
+  #hashes: Hash[] | null = null
+
+  constructor (algorithms: readonly Algorithm[], decoder: UnencodedHasher | null) {
+    this.#algorithms = algorithms
+    this.#decoder = decoder
+  }
+
+  /** Takes a chunk readers cannot see yet; a first one may wait until the next arrives. */
+  add (bytes: Buffer): void {
+    if (this.#hashes === null && this.#only === null) this.#only = bytes
+    else this.hash(bytes)
+  }
+
+  /** Hashes a chunk now, after a first one that waited. */
+  hash (bytes: Buffer): void {
+    if (this.#hashes === null) {
+      this.#hashes = this.#algorithms.map((algorithm) => algorithm.createHash())
+      const only = this.#only
+      this.#only = null
+      if (only !== null) this.hash(only)
+    }
+    for (const hash of this.#hashes) hash.update(bytes)
+    this.#decoder?.write(bytes)
+  }
+
+  /** The digests of the bytes received, once they all were; the decoder then has them all too. */
+  digests (): Map<Algorithm, Buffer> {
+    const hashes = this.#hashes
+    const only = this.#only
+    // The one chunk goes to the decoder now, at the end, like every other chunk before it is seen.
+    if (only !== null) this.#decoder?.write(only)
+    return new Map(this.#algorithms.map((algorithm, i) => [algorithm, hashes !== null
+      ? (hashes[i] as Hash).digest()
+      : only === null ? algorithm.emptyDigest : algorithm.digest(only)]))
+  }
+}

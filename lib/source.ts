@@ -1,0 +1,79 @@
+/**
+ * The request stream, request.raw, as the plugin takes it over: every Node and light-my-request
+ * internal the plugin relies on is here, with why.
+ *
+ * - `push(chunk)` and `push(null)`: Node's HTTP/1 parser (parserOnBody, parserOnMessageComplete),
+ *   its HTTP/2 compatibility layer (onStreamData, onStreamCloseRequest) and light-my-request feed
+ *   the stream through its own push(), after setting `trailers`; replaced on the instance so that
+ *   each chunk is seen before any reader. Node stops reading the connection when it returns false.
+ * - `_read(size)`: a reader asking for more resumes the connection (HTTP/1 readStart, HTTP/2
+ *   resumeStream, light-my-request's payload); replaced while a decoder's input is full.
+ * - `_readableState.buffer`, `.bufferIndex`, `.ended`: what was buffered before the plugin's hook
+ *   ran; `.pipes`: whether a paused stream is a pipe's backpressure.
+ * - `_destroy`: replaced at a failure, so that destroying keeps the connection (Node's own would
+ *   close it) and emits 'error' only where someone listens.
+ * - light-my-request's `_lightMyRequest` marker: its request ignores a destroy once its payload is
+ *   pushed, listens for 'error' itself (once), and pushes an end on every read once done.
+ * - Node's `OutgoingMessage._removedConnection` (index.ts): removeHeader('connection') sets it.
+ */
+import type { IncomingHttpHeaders } from 'node:http'
+import { Readable } from 'node:stream'
+import { integrityFields } from './fields.js'
+import type { DigestProblem } from './problems.js'
+
+export type Source = Readable & {
+  trailers?: IncomingHttpHeaders
+  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean, pipes: unknown[] }
+}
+
+function discard (): void {}
+
+function refuseEnd (): boolean {
+  return false
+}
+
+// A Readable's 'error' reaches only listeners, as IncomingMessage's does: a reader without one sees
+// neither an end nor an uncaught exception. Destroying without the request's own _destroy also
+// keeps the connection, whose message is complete, so that the 400 can still be sent.
+function destroyQuietly (this: Readable, error: Error | null, callback: (error?: Error | null) => void): void {
+  callback(this.listenerCount('error') > 0 ? error : null)
+}
+
+/** Gives readers the problem in place of the end; returns whether any of them listens for it. */
+export function failSource (source: Readable, problem: DigestProblem): boolean {
+  // inject()'s request (light-my-request) ignores a destroy once its payload is pushed, and takes
+  // an error on a destroyed request for a broken response: it is given the error alone, heard only
+  // by listeners besides its own. Nor may it end later: it pushes an end on every read once done.
+  if ('_lightMyRequest' in source) {
+    source.push = refuseEnd
+    const heard = source.listenerCount('error') > 1
+    if (heard) source.emit('error', problem)
+    return heard
+  }
+  const heard = source.listenerCount('error') > 0
+  source._destroy = destroyQuietly
+  Readable.prototype.destroy.call(source, problem)
+  return heard
+}
+
+/**
+ * Makes a request's content flow to its end, as Node dumps a request nobody reads. Readers that
+ * stopped are let go when `takeOver` says so, and when they hold the stream paused without a pipe
+ * (a pipe paused by backpressure resumes by itself): a paused reader or a 'readable' listener
+ * would otherwise hold the end, and the verdict, back for ever.
+ */
+export function readToEnd (source: Readable, takeOver: boolean): void {
+  if (takeOver || (source.readableFlowing === false && (source as Source)._readableState.pipes.length === 0)) {
+    source.removeAllListeners('readable')
+    source.removeAllListeners('data')
+  }
+  if (source.listenerCount('data') + source.listenerCount('readable') === 0) {
+    source.on('data', discard)
+    source.resume()
+  }
+}
+
+/** Whether a trailer section carries an integrity field. */
+export function hasIntegrityTrailer (trailers: IncomingHttpHeaders | undefined): boolean {
+  return trailers !== undefined && integrityFields.some((field) => trailers[field] !== undefined)
+}

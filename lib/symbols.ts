@@ -1,0 +1,16 @@
+/** The symbols under which the plugin keeps its state on Fastify's objects and Node's streams. */
+
+/** A route config's normalized settings: null when `config.digest` is false. */
+export const kRouteSettings = Symbol('fastify-digest-fields.route-settings')
+/** A request's content still to be judged: its SourceVerifier or TrailerWatch. */
+export const kPendingContent = Symbol('fastify-digest-fields.pending-content')
+/** Marks the route error handler that answers the plugin's problems, so it wraps once. */
+export const kAnswersProblems = Symbol('fastify-digest-fields.answers-problems')
+/** A route's response-digest onSend hook, replaced by a child scope's registration. */
+export const kSendDigests = Symbol('fastify-digest-fields.send-digests')
+/** On a reply: the representation digests the application supplied (`reply.reprDigest()`). */
+export const kSuppliedDigests = Symbol('fastify-digest-fields.supplied-digests')
+/** On request.raw: the SourceVerifier that took over its push(). */
+export const kSourceVerifier = Symbol('fastify-digest-fields.source-verifier')
+/** On request.raw: the TrailerWatch that watches its end. */
+export const kTrailerWatch = Symbol('fastify-digest-fields.trailer-watch')

@@ -1,0 +1,86 @@
+/** The verdict on a request's content once it is complete: its digests compared with every expected value. */
+import { timingSafeEqual } from 'node:crypto'
+import type { IncomingHttpHeaders } from 'node:http'
+import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from './types.js'
+import type { Algorithm } from './algorithms.js'
+import { judgeFields, type Expectation } from './fields.js'
+import { missingField, type Finding, type GeneralFinding, type MismatchedValue } from './findings.js'
+import type { Settings } from './options.js'
+import { maxEpilogue } from './held-content.js'
+import { hasIntegrityTrailer } from './source.js'
+
+/** The digests calculated over the content: of the bytes received, and of the decoded content. */
+export interface Digests {
+  readonly received: ReadonlyMap<Algorithm, Buffer>
+  /** null when Unencoded-Digest is checked against the bytes received (no content coding). */
+  readonly unencoded: ReadonlyMap<Algorithm, Buffer> | null
+}
+
+/**
+ * Checks every expected value against the digest calculated for its algorithm and returns what was
+ * verified, or every finding: a mismatch, or a value whose algorithm was not hashed (a trailer field
+ * that named one nothing announced).
+ */
+export function compareDigests (expectations: readonly Expectation[], digests: Digests): VerifiedDigest | Finding[] {
+  const fields: DigestFieldName[] = []
+  const values: Partial<Record<DigestAlgorithm, Buffer>> = {}
+  const unencoded: Partial<Record<DigestAlgorithm, Buffer>> = {}
+  const mismatched: MismatchedValue[] = []
+  for (const { field, header, algorithm, value } of expectations) {
+    const decoded = field === 'unencoded-digest' && digests.unencoded !== null
+    const digest = (decoded ? digests.unencoded as ReadonlyMap<Algorithm, Buffer> : digests.received).get(algorithm)
+    if (digest === undefined) {
+      return [{ kind: 'general', detail: `${header} in the trailer section names ${algorithm.key}, which the content was not hashed with: announce the field in Trailer` }]
+    }
+    // Equal lengths are guaranteed by judgeFields; timingSafeEqual reads every byte, so the time
+    // taken tells nothing about how much of a guessed digest was right.
+    if (!timingSafeEqual(digest, value)) {
+      mismatched.push({ kind: 'mismatched', algorithm: algorithm.key, header, provided: value, calculated: digest })
+      continue
+    }
+    if (!fields.includes(field)) fields.push(field)
+    ;(field === 'unencoded-digest' ? unencoded : values)[algorithm.key] = digest
+  }
+  return mismatched.length > 0 ? mismatched : { fields, values, unencoded }
+}
+
+/** What a complete content is judged on. */
+export interface Completed {
+  readonly settings: Settings
+  /** The values of the header section's integrity fields. */
+  readonly expectations: readonly Expectation[]
+  readonly partial: boolean
+  readonly coded: boolean
+  /** Whether the content was decoded for an Unencoded-Digest. */
+  readonly decoded: boolean
+  readonly trailers: IncomingHttpHeaders | undefined
+  readonly received: ReadonlyMap<Algorithm, Buffer>
+  /** The decoded content's digests, or why there are none; null when nothing was decoded. */
+  readonly unencoded: ReadonlyMap<Algorithm, Buffer> | GeneralFinding | null
+  /** More followed a multipart close delimiter than could be held. */
+  readonly overflowed: boolean
+}
+
+/** What was verified, or the findings that refuse the content. */
+export function verdictOf (content: Completed): VerifiedDigest | Finding[] {
+  const { settings, expectations, partial, coded, decoded, trailers, received, unencoded } = content
+  let all = expectations
+  if (hasIntegrityTrailer(trailers)) {
+    // RFC 9530 sections 2 and 3: the trailer section's fields are judged like the header
+    // section's, with the same problem types.
+    const judgement = judgeFields(trailers as IncomingHttpHeaders, settings, partial)
+    if (judgement.findings.length > 0) return [...judgement.findings]
+    // Coded content was decoded only for a field the header section named or announced.
+    if (coded && !decoded && judgement.expectations.some(({ field }) => field === 'unencoded-digest')) {
+      return [{ kind: 'general', detail: 'Unencoded-Digest in the trailer section cannot be verified: the content was not decoded for it; announce it in a Trailer field' }]
+    }
+    all = [...expectations, ...judgement.expectations]
+  }
+  if (unencoded !== null && !(unencoded instanceof Map)) return [unencoded as GeneralFinding]
+  if (content.overflowed) {
+    return [{ kind: 'general', detail: `the content cannot be verified: more than ${maxEpilogue} bytes follow its multipart close delimiter` }]
+  }
+  // A field announced in Trailer but never sent leaves nothing checked, which `required` refuses.
+  if (all.length === 0 && settings.required) return [missingField(settings.algorithms.keys())]
+  return compareDigests(all, { received, unencoded: unencoded as ReadonlyMap<Algorithm, Buffer> | null })
+}
