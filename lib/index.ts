@@ -1,3 +1,15 @@
+// fastify-digest-fields: RFC 9530 digest fields on a Fastify server. Where a request goes:
+//   onRoute        the route's settings, normalized once (options.ts); the response hook and the
+//                  error handler that answers problems are added to the route
+//   onRequest      judgeContentAtSource: fields judged before any content (fields.ts, findings.ts);
+//                  request.raw taken over (request-verification.ts, verifier.ts, source.ts)
+//   as it arrives  each chunk hashed (content-hashes.ts, unencoded.ts), the tail held back
+//                  (held-content.ts); at the end, digests compared (verdict.ts), then the end
+//                  delivered or the stream failed with the problem
+//   preValidation  awaitPartialReaders: a parser that read part of the content waits for the verdict
+//   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the problem
+//   problems       rendered by problems.ts from findings, sent by answer.ts, whichever hook found them
+//   responses      Want-* fields answered, digests sent, as the route's last onSend (response-digests.ts)
 import type {
   FastifyContextConfig,
   FastifyError,
@@ -145,7 +157,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // The fields are judged, and the content taken over at its source, as soon as the route is known:
   // an asynchronous onRequest hook after this one (@fastify/multipart has one) lets the connection
   // deliver content, which must already pass through the verifier.
-  fastify.addHook('onRequest', (request: DigestRequest, reply, done) => {
+  fastify.addHook('onRequest', function judgeContentAtSource (request: DigestRequest, reply, done) {
     const noFields = hasNoDigestFields(request.headers)
     // A parent scope's registration ran first: content it took over stays with it, a mere watch
     // for trailer fields gives way to this scope's settings.
@@ -173,7 +185,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // sniffs the first chunk) must not let any later hook or the handler act on content whose
   // digest is not known yet, so the rest is read here and the request goes on once it matched.
   // Content nobody has read yet is left for the handler, which sees the error in place of the end.
-  fastify.addHook('preValidation', (request: DigestRequest, _reply, done) => {
+  fastify.addHook('preValidation', function awaitPartialReaders (request: DigestRequest, _reply, done) {
     const verifier = request[kPendingContent]
     if (verifier == null || verifier.settled || !request.raw.readableDidRead || isStream(request.body)) {
       done()
@@ -186,7 +198,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // part followed by an epilogue, a compressed stream followed by more bytes) and the handler reply
   // on it. A success reply then waits for the verdict, and a failure turns it into the problem, so
   // that no client is told that content whose digest failed was taken.
-  fastify.addHook('onSend', (request: DigestRequest, reply, payload, done) => {
+  fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
     const verifier = request[kPendingContent]
     // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
     if (verifier == null || verifier.settled || reply.statusCode >= 400) {
