@@ -8,8 +8,9 @@ import { request } from 'undici'
 import fastifyDigestFields from '../lib/index.js'
 import { hello, helloSha256, listen, member, rawRequest, watchProcess } from './helpers.js'
 
-// What a second independent attack, given only the README, found in trailers, Unencoded-Digest and
-// response digests: each test is named after the failure it pins.
+// Regressions in response payloads (204 streams, web streams, supplied digests under compression),
+// trailer fields nothing announced, layered codings and paused readers: each test is named after
+// the failure it pins.
 
 const sha256 = (data: string | Buffer): string => `sha-256=:${createHash('sha256').update(data).digest('base64')}:`
 const empty = sha256('')
