@@ -52,15 +52,37 @@ export function keptTransferCoding (transferEncoding: string | undefined): Gener
   return { kind: 'general', detail: `the content cannot be verified: this server does not remove its transfer coding ${shortened(kept)}` }
 }
 
-// RFC 2046 section 5.1.1 and RFC 7578 section 4.1: the boundary parameter, a token or a quoted string.
-const boundaryParameter = /;\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;"]+))/i
+// RFC 9110 section 5.6.6: parameters, each a token name and a token or quoted-string value, with
+// no white space around "=".
+const tchar = "[!#$%&'*+.^_`|~0-9A-Za-z-]"
+const mediaType = new RegExp(`^multipart/${tchar}+`, 'i')
+const parameter = new RegExp(`[ \\t]*;[ \\t]*(${tchar}+)=(${tchar}+|"(?:[^"\\\\]|\\\\.)*")`, 'y')
 
 /**
  * The close delimiter of a multipart body (RFC 2046 section 5.1.1), after which a multipart
- * reader's last part has ended whatever follows (an epilogue), or null for other content.
+ * reader's last part has ended whatever follows (an epilogue); null for other content or none
+ * named. A Content-Type that a lenient reader could take another boundary from (a parameter list
+ * that is not RFC 9110's, several boundaries, an RFC 2231 `boundary*`) is a finding instead, since
+ * the delimiter held back must be the one the reader looks for.
  */
-export function closeDelimiter (contentType: string | undefined): Buffer | null {
-  if (contentType === undefined || !/^\s*multipart\//i.test(contentType)) return null
-  const match = boundaryParameter.exec(contentType)
-  return match === null ? null : Buffer.from(`--${match[1] ?? match[2]}--`)
+export function closeDelimiter (contentType: string | undefined): Buffer | GeneralFinding | null {
+  const type = contentType === undefined ? null : mediaType.exec(contentType)
+  if (type === null) return null
+  const text = contentType as string
+  const boundaries: string[] = []
+  parameter.lastIndex = type[0].length
+  let match: RegExpExecArray | null
+  let end = parameter.lastIndex
+  while ((match = parameter.exec(text)) !== null) {
+    end = parameter.lastIndex
+    const [, name, value] = match as unknown as [string, string, string]
+    if (!/^boundary(\*|$)/i.test(name)) continue
+    // An RFC 2231 `boundary*`, which a lenient reader decodes, is as unreadable as an empty one.
+    if (name.length > 'boundary'.length) boundaries.push('')
+    else boundaries.push(value.startsWith('"') ? value.slice(1, -1).replace(/\\(.)/g, '$1') : value)
+  }
+  if (text.slice(end).trim() !== '' || boundaries.length > 1 || boundaries[0] === '') {
+    return { kind: 'general', detail: 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type' }
+  }
+  return boundaries.length === 0 ? null : Buffer.from(`--${boundaries[0] as string}--`)
 }

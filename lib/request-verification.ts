@@ -80,6 +80,8 @@ export function verifyRequest (
   const unencoded = decoded
     ? new UnencodedHasher(codings as string[], distinct([...expectations.filter((e) => !onReceived(e)).map(({ algorithm }) => algorithm), ...supported]), request.routeOptions.bodyLimit)
     : null
+  const delimiter = closeDelimiter(headers['content-type'])
+  if (delimiter !== null && !Buffer.isBuffer(delimiter)) return refuse([delimiter])
   const source = request.raw
   // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
   if (source.readableDidRead) {
@@ -92,7 +94,7 @@ export function verifyRequest (
     unencoded,
     partial,
     coded,
-    closeDelimiter: closeDelimiter(headers['content-type']),
+    closeDelimiter: delimiter,
     verified (digest) { request.digest = digest },
     failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
   })

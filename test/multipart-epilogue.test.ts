@@ -96,3 +96,53 @@ t.test('multipart content without a boundary parameter is verified as it is, wit
     t.same(response.json(), { length: content.length, fields: ['content-digest'] }, contentType)
   }
 })
+
+// The second attack: busboy reads a boundary from Content-Types the plugin read none, or another,
+// from (`boundary=Xy Z` is XyZ to busboy, RFC 2231's `boundary*=utf-8''%58yZ` too), so the file
+// ended for the handler before the verdict. A Content-Type whose boundary cannot be read
+// unambiguously is refused; a well-formed one, quoted and escaped or not, is held back on.
+t.test('a multipart Content-Type whose boundary a lenient reader could read differently is refused before any part reaches the handler', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  await app.register(fastifyMultipart)
+  const stored: string[] = []
+  app.post('/', async (request) => {
+    const file = await request.file()
+    stored.push((await file?.toBuffer() as Buffer).toString())
+    return 'stored'
+  })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const make = (delimiter: string, file: string): Buffer =>
+    Buffer.from(`--${delimiter}\r\nContent-Disposition: form-data; name="f"; filename="a.txt"\r\n\r\n${file}\r\n--${delimiter}--\r\n${'E'.repeat(20_000)}`)
+  const refused: Array<[string, string]> = [
+    ['multipart/form-data; boundary=Xy Z', 'XyZ'],
+    ['multipart/form-data; bound ary=XyZ', 'XyZ'],
+    ["multipart/form-data; boundary*=utf-8''%58yZ", 'XyZ'],
+    ['multipart/form-data; boundary*0=XyZ', '0=XyZ'],
+    ['multipart/form-data; boundary="XyZ', 'XyZ'],
+    ['multipart/form-data; boundary=XyZ; boundary=Other', 'XyZ'],
+    ['multipart/form-data; boundary = XyZ', 'XyZ'],
+    ['multipart/form-data; boundary=""', '']
+  ]
+  for (const [contentType, delimiter] of refused) {
+    const content = make(delimiter, 'EVIL FILE CONTENT')
+    const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${content.length}`,
+      `Content-Digest: ${sha256(make(delimiter, 'the signed content'))}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+    t.equal(response.status, 400, contentType)
+    t.equal(JSON.parse(response.body).detail, 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type', contentType)
+  }
+  t.same(stored, [], 'no handler had a file')
+  for (const [contentType, delimiter] of [['multipart/form-data; boundary="Xy\\"Z"', 'Xy"Z'], ['multipart/form-data; charset="a;boundary=Other"; BOUNDARY=XyZ', 'XyZ']]) {
+    const content = make(delimiter, 'EVIL FILE CONTENT')
+    const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${content.length}`,
+      `Content-Digest: ${sha256(make(delimiter, 'the signed content'))}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+    t.equal(response.status, 400, contentType)
+    t.equal(JSON.parse(response.body).type, problemTypes + 'digest-mismatching-value', contentType)
+    const intact = make(delimiter, 'the signed content')
+    const accepted = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${intact.length}`,
+      `Content-Digest: ${sha256(intact)}`], randomChunks(intact, 8192, seededRandom(fuzzSeed)))
+    t.equal(accepted.status, 200, `${contentType}: ${accepted.body}`)
+  }
+  t.same(stored, ['the signed content', 'the signed content'], 'only the intact files reached the handler')
+})
