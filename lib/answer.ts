@@ -9,7 +9,7 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
   // abstract-logging, Fastify's logger when logging is off, has no `silent`.
   if (problem.logLevel !== 'silent') {
     const notListed = problem.notListed === 0 ? {} : { digestFieldsNotListed: problem.notListed }
-    request.log[problem.logLevel]({ problemType: problem.type, digestFields: problem.found, ...notListed }, problem.message)
+    request.log[problem.logLevel]({ problemType: problem.type, digestFields: problem.found, ...notListed }, problem.logMessage)
   }
   reply
     .code(problem.statusCode)

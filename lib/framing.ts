@@ -59,7 +59,8 @@ const mediaType = new RegExp(`^multipart/${tchar}+`, 'i')
 const parameter = new RegExp(`[ \\t]*;[ \\t]*(${tchar}+)=(${tchar}+|"(?:[^"\\\\]|\\\\.)*")`, 'y')
 
 /**
- * The close delimiter of a multipart body (RFC 2046 section 5.1.1), after which a multipart
+ * The close delimiter of a multipart body (RFC 2046 section 5.1.1: CRLF "--" boundary "--", the
+ * CRLF taken as read before the body's first byte, as readers do), after which a multipart
  * reader's last part has ended whatever follows (an epilogue); null for other content or none
  * named. A Content-Type that a lenient reader could take another boundary from (a parameter list
  * that is not RFC 9110's, several boundaries, an RFC 2231 `boundary*`) is a finding instead, since
@@ -84,5 +85,5 @@ export function closeDelimiter (contentType: string | undefined): Buffer | Gener
   if (text.slice(end).trim() !== '' || boundaries.length > 1 || boundaries[0] === '') {
     return { kind: 'general', detail: 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type' }
   }
-  return boundaries.length === 0 ? null : Buffer.from(`--${boundaries[0] as string}--`)
+  return boundaries.length === 0 ? null : Buffer.from(`\r\n--${boundaries[0] as string}--`)
 }

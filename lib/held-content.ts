@@ -4,6 +4,7 @@
  */
 
 const nothing = Buffer.alloc(0)
+const crlf = Buffer.from('\r\n')
 
 // More than any multipart close delimiter (RFC 2046 section 5.1.1: a boundary has at most 70
 // characters), so that a reader that knows where the content ends from its own framing (a JSON
@@ -26,6 +27,8 @@ export class HeldContent {
 
   constructor (closeDelimiter: Buffer | null) {
     this.#closeDelimiter = closeDelimiter
+    // A body may open with its close delimiter: the CRLF before it is taken as read.
+    if (closeDelimiter !== null) this.#scanned = crlf
   }
 
   /** Whether more followed the close delimiter than is held: the content is then refused. */

@@ -143,6 +143,8 @@ export class DigestProblem extends Error {
   found: ReadonlyArray<{ readonly field: FieldName, readonly algorithm: string }> = []
   /** How many findings `found` leaves out (it lists at most `maxListed`). */
   notListed = 0
+  /** The message of the problem's log line, which names what was found whatever is disclosed. */
+  logMessage = ''
 }
 
 // RFC 9457 section 4.2.1: the title of about:blank is the status phrase.
@@ -263,9 +265,13 @@ export function problemFor (settings: Settings, findings: readonly Finding[]): D
   const problem = first.kind === 'general'
     ? general(settings, first)
     : settings.problemTypes === 'registered' ? registered(settings, findings as readonly DigestFinding[], listed) : draft00(settings, first)
+  // Under `none` even the error's message is the status phrase: routes the plugin never saw
+  // declared leave the error to the application's handler, which may send it.
+  const phrase = statusPhrases[problem.statusCode] as string
   const answer = settings.disclosure === 'none'
-    ? new DigestProblem(problem.type, problem.message, { type: 'about:blank', title: statusPhrases[problem.statusCode] as string }, generalProblemSchema, {}, problem.statusCode)
+    ? new DigestProblem(problem.type, phrase, { type: 'about:blank', title: phrase }, generalProblemSchema, {}, problem.statusCode)
     : problem
+  answer.logMessage = problem.message
   answer.logLevel = settings.problemLogLevel
   answer.found = listed.map((finding) => ({ field: finding.header, algorithm: finding.algorithm }))
   answer.notListed = first.kind === 'general' ? 0 : findings.length - listed.length

@@ -1,5 +1,7 @@
 import { gzipSync } from 'node:zlib'
 import t from 'tap'
+import Fastify from 'fastify'
+import fastifyDigestFields from '../lib/index.js'
 import { buildApp, hello, helloSha256, json, member, problemTypes } from './helpers.js'
 
 // One request for each way a request can fail, with what a full disclosure would reveal.
@@ -71,4 +73,21 @@ t.test('disclosure none tells nothing of a failure that is not a 400 either', as
     method: 'POST', url: '/', payload: bomb, headers: { 'content-type': 'application/octet-stream', 'content-encoding': 'gzip', 'unencoded-digest': helloSha256 }
   })
   t.same(told.json(), { type: 'about:blank', title: 'Content Too Large', detail: 'Unencoded-Digest cannot be verified: the content decodes to more than 4096 bytes' }, 'full disclosure says why')
+})
+
+// The second attack on issue 15: a route declared before the plugin finished registering leaves its
+// problems to the application's error handler, and Fastify's default one sent the error's message,
+// which named the check, the field and the algorithm. Under none the message is the status phrase.
+t.test('disclosure none tells nothing through the application\'s error handler either', async (t) => {
+  const app = Fastify()
+  app.register(fastifyDigestFields, { disclosure: 'none' })
+  app.post('/early', async () => 'stored')
+  const bodies = new Set<string>()
+  for (const [name, headers] of failures.filter(([name]) => name !== 'missing field')) {
+    const response = await app.inject({ method: 'POST', url: '/early', payload: hello, headers: { ...json, ...headers } })
+    t.equal(response.statusCode, 400, name)
+    t.notMatch(response.body, /sha-|md5|-Digest|dictionary|preference|mismatch|unsupported|invalid/i, name)
+    bodies.add(response.body)
+  }
+  t.equal(bodies.size, 1, [...bodies].join('\n'))
 })

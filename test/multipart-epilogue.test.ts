@@ -133,7 +133,8 @@ t.test('a multipart Content-Type whose boundary a lenient reader could read diff
     t.equal(JSON.parse(response.body).detail, 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type', contentType)
   }
   t.same(stored, [], 'no handler had a file')
-  for (const [contentType, delimiter] of [['multipart/form-data; boundary="Xy\\"Z"', 'Xy"Z'], ['multipart/form-data; charset="a;boundary=Other"; BOUNDARY=XyZ', 'XyZ']]) {
+  const held: Array<[string, string]> = [['multipart/form-data; boundary="Xy\\"Z"', 'Xy"Z'], ['multipart/form-data; charset="a;boundary=Other"; BOUNDARY=XyZ', 'XyZ']]
+  for (const [contentType, delimiter] of held) {
     const content = make(delimiter, 'EVIL FILE CONTENT')
     const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${content.length}`,
       `Content-Digest: ${sha256(make(delimiter, 'the signed content'))}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
@@ -145,4 +146,39 @@ t.test('a multipart Content-Type whose boundary a lenient reader could read diff
     t.equal(accepted.status, 200, `${contentType}: ${accepted.body}`)
   }
   t.same(stored, ['the signed content', 'the signed content'], 'only the intact files reached the handler')
+})
+
+// The second attack: `--boundary--` inside a part's data, after LF or CR alone or after no line
+// break, or in the preamble, is no delimiter to busboy, yet was taken for one and the content
+// refused when 64 KiB followed. Only CRLF "--" boundary "--" closes a body, or one that opens with it.
+t.test('a close delimiter without its CRLF is part of the content, and an intact upload with one passes', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  await app.register(fastifyMultipart)
+  app.post('/', async (request) => {
+    const sizes: number[] = []
+    for await (const part of request.parts()) sizes.push(part.type === 'file' ? (await part.toBuffer()).length : String(part.value).length)
+    return { sizes, fields: request.digest?.fields }
+  })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const part = (data: string): string => `--${boundary}\r\nContent-Disposition: form-data; name="f"; filename="a"\r\n\r\n${data}\r\n--${boundary}--\r\n`
+  const cases: Array<[string, string, number[]]> = [
+    ['after no line break', part(`abc--${boundary}--${'x'.repeat(70_000)}`), [70_000 + 10]],
+    ['after LF alone', part(`abc\n--${boundary}--\n${'x'.repeat(70_000)}`), [70_000 + 12]],
+    ['after CR alone', part(`abc\r--${boundary}--\r${'x'.repeat(70_000)}`), [70_000 + 12]],
+    ['in the preamble', `preamble --${boundary}-- ${'p'.repeat(70_000)}\r\n${part('abc')}`, [3]],
+    ['a body that opens with it, then 64 KiB', `--${boundary}--${'E'.repeat(65_536)}`, []]
+  ]
+  for (const [name, text, sizes] of cases) {
+    const content = Buffer.from(text)
+    const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: multipart/form-data; boundary=${boundary}`,
+      `Content-Length: ${content.length}`, `Content-Digest: ${sha256(content)}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+    t.equal(response.status, 200, `${name}: ${response.body}`)
+    t.same(JSON.parse(response.body), { sizes, fields: ['content-digest'] }, name)
+  }
+  const opening = Buffer.from(`--${boundary}--${'E'.repeat(65_537)}`)
+  const refused = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: multipart/form-data; boundary=${boundary}`,
+    `Content-Length: ${opening.length}`, `Content-Digest: ${sha256(opening)}`], randomChunks(opening, 8192, seededRandom(fuzzSeed)))
+  t.equal(refused.status, 400, 'one byte more after a delimiter that opens the body is refused')
 })
