@@ -182,3 +182,16 @@ t.test('a close delimiter without its CRLF is part of the content, and an intact
     `Content-Length: ${opening.length}`, `Content-Digest: ${sha256(opening)}`], randomChunks(opening, 8192, seededRandom(fuzzSeed)))
   t.equal(refused.status, 400, 'one byte more after a delimiter that opens the body is refused')
 })
+
+t.test('content without a Content-Type has nothing held beyond its tail', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, payload, done) => done(null, payload))
+  app.post('/', async (request) => ({ length: (request.body as Buffer).length, fields: request.digest?.fields }))
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  const content = Buffer.from(`--${boundary}--\r\n${'E'.repeat(70_000)}`)
+  const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Length: ${content.length}`, `Content-Digest: ${sha256(content)}`], [content])
+  t.equal(response.status, 200, response.body)
+  t.same(JSON.parse(response.body), { length: content.length, fields: ['content-digest'] })
+})
