@@ -1,14 +1,11 @@
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
-import { connect as h2connect, constants as h2 } from 'node:http2'
-import { connect } from 'node:net'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import t from 'tap'
 import fc from 'fast-check'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { fuzzScale, fuzzSeed, h2Request, listen, problemTypes, rawRequest, watchProcess, type RawResponse } from './helpers.js'
+import { abortUpload, fuzzScale, fuzzSeed, h2Request, listen, problemTypes, rawRequest, watchProcess, type RawResponse } from './helpers.js'
 
 // Random readers, random content, random chunking, random bodyLimits, right and wrong digests and
 // clients that give up at random points, over HTTP/1.1 and HTTP/2. The process must survive, and
@@ -131,24 +128,7 @@ async function send (port: number, c: Case, name: string): Promise<RawResponse |
     return await rawRequest(port, [`PUT ${path} HTTP/1.1`, 'Host: localhost', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)], chunks)
   }
   const sent = content.subarray(0, c.abortAt)
-  if (c.http2) {
-    const session = h2connect(`http://127.0.0.1:${port}`)
-    session.on('error', () => {})
-    const stream = session.request({ ':method': 'PUT', ':path': path, ...headers })
-    stream.on('error', () => {})
-    stream.write(sent)
-    await new Promise((resolve) => setImmediate(resolve))
-    stream.close(h2.NGHTTP2_CANCEL)
-    session.destroy()
-  } else {
-    const socket = connect({ host: '127.0.0.1', port })
-    socket.on('error', () => {})
-    await once(socket, 'connect')
-    socket.write([`PUT ${path} HTTP/1.1`, 'Host: localhost', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`), '', ''].join('\r\n'))
-    socket.write(sent)
-    await new Promise((resolve) => setImmediate(resolve))
-    socket.destroy()
-  }
+  await abortUpload(port, c.http2, path, headers, sent)
   return null
 }
 

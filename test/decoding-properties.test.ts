@@ -1,7 +1,4 @@
 import { createHash, type Hash } from 'node:crypto'
-import { once } from 'node:events'
-import { connect as h2connect, constants as h2 } from 'node:http2'
-import { connect } from 'node:net'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import * as zlib from 'node:zlib'
@@ -9,7 +6,7 @@ import t from 'tap'
 import fc from 'fast-check'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { fuzzScale, fuzzSeed, h2Request, listen, problemTypes, randomChunks, rawRequest, seededBytes, seededRandom, watchProcess, type RawResponse } from './helpers.js'
+import { abortUpload, fuzzScale, fuzzSeed, h2Request, listen, problemTypes, randomChunks, rawRequest, seededBytes, seededRandom, watchProcess, type RawResponse } from './helpers.js'
 
 // Unencoded-Digest over layered content codings (gzip, deflate, br, one to three of them), as the
 // plugin decodes on the side while the request streams: random content, some of it compressible and
@@ -281,24 +278,7 @@ async function send (port: number, c: Case, { content, sent }: Prepared, name: s
     return await rawRequest(port, [`PUT ${path} HTTP/1.1`, 'Host: localhost', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)], chunks)
   }
   const partial = sent.subarray(0, Math.floor(c.abort * sent.length))
-  if (c.http2) {
-    const session = h2connect(`http://127.0.0.1:${port}`)
-    session.on('error', () => {})
-    const stream = session.request({ ':method': 'PUT', ':path': path, ...headers })
-    stream.on('error', () => {})
-    stream.write(partial)
-    await new Promise((resolve) => setImmediate(resolve))
-    stream.close(h2.NGHTTP2_CANCEL)
-    session.destroy()
-  } else {
-    const socket = connect({ host: '127.0.0.1', port })
-    socket.on('error', () => {})
-    await once(socket, 'connect')
-    socket.write([`PUT ${path} HTTP/1.1`, 'Host: localhost', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`), '', ''].join('\r\n'))
-    socket.write(partial)
-    await new Promise((resolve) => setImmediate(resolve))
-    socket.destroy()
-  }
+  await abortUpload(port, c.http2, path, headers, partial)
   return null
 }
 

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto'
-import { connect as h2connect, type OutgoingHttpHeaders } from 'node:http2'
+import { once } from 'node:events'
+import { connect as h2connect, constants as h2, type OutgoingHttpHeaders } from 'node:http2'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import type t from 'tap'
@@ -203,4 +204,29 @@ export function randomChunks (data: Buffer, max: number, random: () => number): 
     at += size
   }
   return chunks
+}
+
+/**
+ * Sends the head of a PUT and the bytes given, then gives up: an HTTP/2 stream cancelled, or an
+ * HTTP/1.1 connection destroyed, in the next event loop turn.
+ */
+export async function abortUpload (port: number, http2: boolean, path: string, headers: Record<string, string>, sent: Buffer): Promise<void> {
+  if (http2) {
+    const session = h2connect(`http://127.0.0.1:${port}`)
+    session.on('error', () => {})
+    const stream = session.request({ ':method': 'PUT', ':path': path, ...headers })
+    stream.on('error', () => {})
+    stream.write(sent)
+    await new Promise((resolve) => setImmediate(resolve))
+    stream.close(h2.NGHTTP2_CANCEL)
+    session.destroy()
+    return
+  }
+  const socket = connect({ host: '127.0.0.1', port })
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  socket.write([`PUT ${path} HTTP/1.1`, 'Host: localhost', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`), '', ''].join('\r\n'))
+  socket.write(sent)
+  await new Promise((resolve) => setImmediate(resolve))
+  socket.destroy()
 }

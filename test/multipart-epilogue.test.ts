@@ -3,7 +3,7 @@ import t from 'tap'
 import Fastify from 'fastify'
 import fastifyMultipart from '@fastify/multipart'
 import fastifyDigestFields from '../lib/index.js'
-import { fuzzSeed, h2Request, listen, problemTypes, randomChunks, rawRequest, seededRandom, watchProcess } from './helpers.js'
+import { fuzzSeed, h2Request, listen, problemTypes, randomChunks, rawRequest, seededRandom, watchProcess, type Tap } from './helpers.js'
 
 // Found by the attack on issue 15: the last kilobyte held back covers a multipart close delimiter,
 // but not an epilogue after it (RFC 2046 section 5.1.1 lets one follow, and readers ignore it).
@@ -20,20 +20,32 @@ function body (file: string, epilogue: number): Buffer {
   return Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="f"; filename="a.txt"\r\nContent-Type: text/plain\r\n\r\n${file}\r\n--${boundary}--\r\n${'E'.repeat(epilogue)}`)
 }
 
+/** A server whose handler stores the first file of a multipart body, as the first-hour code does. */
+async function fileServer (t: Tap, http2 = false): Promise<{ port: number, stored: string[] }> {
+  const app = Fastify({ http2: http2 as false })
+  await app.register(fastifyDigestFields)
+  await app.register(fastifyMultipart)
+  const stored: string[] = []
+  app.post('/', async (request) => {
+    const file = await request.file()
+    stored.push((await file?.toBuffer() as Buffer).toString())
+    return 'stored'
+  })
+  const port = await listen(app)
+  t.teardown(() => app.close())
+  return { port, stored }
+}
+
+/** POSTs `content` over HTTP/1.1 in seeded random chunks, with the digest of `digested`. */
+function post (port: number, contentType: string, content: Buffer, digested: Buffer = content) {
+  return rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${content.length}`,
+    `Content-Digest: ${sha256(digested)}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+}
+
 for (const http2 of [false, true]) {
   t.test(`${http2 ? 'HTTP/2' : 'HTTP/1.1'}: a file followed by an epilogue never completes for the handler before its digest is known`, async (t) => {
     const escaped = watchProcess(t)
-    const app = Fastify({ http2: http2 as false })
-    await app.register(fastifyDigestFields)
-    await app.register(fastifyMultipart)
-    const stored: string[] = []
-    app.post('/', async (request) => {
-      const file = await request.file()
-      stored.push((await file?.toBuffer() as Buffer).toString())
-      return { verified: request.digest?.fields }
-    })
-    const port = await listen(app)
-    t.teardown(() => app.close())
+    const { port, stored } = await fileServer(t, http2)
     const send = (content: Buffer, digest: string) => {
       const headers = { 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': String(content.length), 'content-digest': digest }
       const chunks = randomChunks(content, 4096, seededRandom(fuzzSeed))
@@ -60,17 +72,7 @@ for (const http2 of [false, true]) {
 }
 
 t.test('a close delimiter split over DATA frames at any byte is still found', async (t) => {
-  const app = Fastify({ http2: true })
-  await app.register(fastifyDigestFields)
-  await app.register(fastifyMultipart)
-  const stored: string[] = []
-  app.post('/', async (request) => {
-    const file = await request.file()
-    stored.push((await file?.toBuffer() as Buffer).toString())
-    return 'stored'
-  })
-  const port = await listen(app)
-  t.teardown(() => app.close())
+  const { port, stored } = await fileServer(t, true)
   const content = body('EVIL FILE CONTENT', 2000)
   const at = content.indexOf(`--${boundary}--`)
   for (let split = at + 1; split < at + `--${boundary}--`.length; split++) {
@@ -102,17 +104,7 @@ t.test('multipart content without a boundary parameter is verified as it is, wit
 // ended for the handler before the verdict. A Content-Type whose boundary cannot be read
 // unambiguously is refused; a well-formed one, quoted and escaped or not, is held back on.
 t.test('a multipart Content-Type whose boundary a lenient reader could read differently is refused before any part reaches the handler', async (t) => {
-  const app = Fastify()
-  await app.register(fastifyDigestFields)
-  await app.register(fastifyMultipart)
-  const stored: string[] = []
-  app.post('/', async (request) => {
-    const file = await request.file()
-    stored.push((await file?.toBuffer() as Buffer).toString())
-    return 'stored'
-  })
-  const port = await listen(app)
-  t.teardown(() => app.close())
+  const { port, stored } = await fileServer(t)
   const make = (delimiter: string, file: string): Buffer =>
     Buffer.from(`--${delimiter}\r\nContent-Disposition: form-data; name="f"; filename="a.txt"\r\n\r\n${file}\r\n--${delimiter}--\r\n${'E'.repeat(20_000)}`)
   const refused: Array<[string, string]> = [
@@ -127,8 +119,7 @@ t.test('a multipart Content-Type whose boundary a lenient reader could read diff
   ]
   for (const [contentType, delimiter] of refused) {
     const content = make(delimiter, 'EVIL FILE CONTENT')
-    const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${content.length}`,
-      `Content-Digest: ${sha256(make(delimiter, 'the signed content'))}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+    const response = await post(port, contentType, content, make(delimiter, 'the signed content'))
     t.equal(response.status, 400, contentType)
     t.equal(JSON.parse(response.body).detail, 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type', contentType)
   }
@@ -136,13 +127,11 @@ t.test('a multipart Content-Type whose boundary a lenient reader could read diff
   const held: Array<[string, string]> = [['multipart/form-data; boundary="Xy\\"Z"', 'Xy"Z'], ['multipart/form-data; charset="a;boundary=Other"; BOUNDARY=XyZ', 'XyZ']]
   for (const [contentType, delimiter] of held) {
     const content = make(delimiter, 'EVIL FILE CONTENT')
-    const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${content.length}`,
-      `Content-Digest: ${sha256(make(delimiter, 'the signed content'))}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+    const response = await post(port, contentType, content, make(delimiter, 'the signed content'))
     t.equal(response.status, 400, contentType)
     t.equal(JSON.parse(response.body).type, problemTypes + 'digest-mismatching-value', contentType)
     const intact = make(delimiter, 'the signed content')
-    const accepted = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: ${contentType}`, `Content-Length: ${intact.length}`,
-      `Content-Digest: ${sha256(intact)}`], randomChunks(intact, 8192, seededRandom(fuzzSeed)))
+    const accepted = await post(port, contentType, intact)
     t.equal(accepted.status, 200, `${contentType}: ${accepted.body}`)
   }
   t.same(stored, ['the signed content', 'the signed content'], 'only the intact files reached the handler')
@@ -172,14 +161,12 @@ t.test('a close delimiter without its CRLF is part of the content, and an intact
   ]
   for (const [name, text, sizes] of cases) {
     const content = Buffer.from(text)
-    const response = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: multipart/form-data; boundary=${boundary}`,
-      `Content-Length: ${content.length}`, `Content-Digest: ${sha256(content)}`], randomChunks(content, 8192, seededRandom(fuzzSeed)))
+    const response = await post(port, `multipart/form-data; boundary=${boundary}`, content)
     t.equal(response.status, 200, `${name}: ${response.body}`)
     t.same(JSON.parse(response.body), { sizes, fields: ['content-digest'] }, name)
   }
   const opening = Buffer.from(`--${boundary}--${'E'.repeat(65_537)}`)
-  const refused = await rawRequest(port, ['POST / HTTP/1.1', 'Host: localhost', `Content-Type: multipart/form-data; boundary=${boundary}`,
-    `Content-Length: ${opening.length}`, `Content-Digest: ${sha256(opening)}`], randomChunks(opening, 8192, seededRandom(fuzzSeed)))
+  const refused = await post(port, `multipart/form-data; boundary=${boundary}`, opening)
   t.equal(refused.status, 400, 'one byte more after a delimiter that opens the body is refused')
 })
 
