@@ -35,8 +35,8 @@ import { lookupAlgorithm } from './algorithms.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
 
 export type * from './types.js'
+export { DigestProblem } from './problems.js'
 export {
-  DigestProblem,
   digestProblemSchemas,
   generalProblemSchema,
   invalidValueSchema,
@@ -45,7 +45,7 @@ export {
   mismatchingValueSchema,
   unsupportedAlgorithmSchema,
   unsupportedAlgorithmsSchema
-} from './problems.js'
+} from './schemas.js'
 
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
