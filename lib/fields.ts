@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { isInnerList, parseDictionary, type Dictionary, type InnerList, type Item } from 'structured-headers'
 import type { DigestFieldName } from './types.js'
 import type { Algorithm } from './algorithms.js'
-import { shortened, type FieldName, type Finding, type IntegrityFieldName, type InvalidValue, type UnsupportedAlgorithm } from './findings.js'
+import { refusals, type FieldName, type Finding, type IntegrityFieldName, type InvalidValue, type UnsupportedAlgorithm } from './findings.js'
 import type { Settings } from './options.js'
 
 /** One digest value from an integrity field that the received content must match. */
@@ -76,7 +76,7 @@ function parse (section: Readonly<Record<string, string | string[] | undefined>>
       const text = String(value)
       present.push([field, parseDictionary(text), text])
     } catch (error) {
-      return { kind: 'general', detail: `${field.name} is not a valid structured-field dictionary: ${(error as Error).message}` }
+      return refusals.notADictionary(field.name, (error as Error).message)
     }
   }
   return present
@@ -94,7 +94,7 @@ function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text
   for (const [key, member] of dictionary) {
     const weight = member[0]
     if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10 || decimals.has(key)) {
-      return { kind: 'general', detail: `${name} gives ${shortened(key)} a preference that is not an integer from 0 to 10` }
+      return refusals.badPreference(name, key)
     }
     // RFC 9530 section 4: 0 means "not acceptable", so a 0 asks for nothing and cannot be unsupported.
     if (weight > 0) keys.push(key)

@@ -1,6 +1,6 @@
 import type { FastifyRequest } from 'fastify'
 import type { Http2Stream } from 'node:http2'
-import { shortened, type GeneralFinding } from './findings.js'
+import { refusals, type GeneralFinding } from './findings.js'
 
 /**
  * What the request's framing says about its content before any of it is read: its length in bytes
@@ -49,7 +49,7 @@ export function keptTransferCoding (transferEncoding: string | undefined): Gener
   if (transferEncoding === undefined) return null
   const kept = transferEncoding.toLowerCase().split(',').map((coding) => coding.trim()).find((coding) => coding !== 'chunked')
   if (kept === undefined) return null
-  return { kind: 'general', detail: `the content cannot be verified: this server does not remove its transfer coding ${shortened(kept)}` }
+  return refusals.transferCoding(kept)
 }
 
 // RFC 9110 section 5.6.6: parameters, each a token name and a token or quoted-string value, with
@@ -83,7 +83,7 @@ export function closeDelimiter (contentType: string | undefined): Buffer | Gener
     else boundaries.push(value.startsWith('"') ? value.slice(1, -1).replace(/\\(.)/g, '$1') : value)
   }
   if (text.slice(end).trim() !== '' || boundaries.length > 1 || boundaries[0] === '') {
-    return { kind: 'general', detail: 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type' }
+    return refusals.ambiguousBoundary()
   }
   return boundaries.length === 0 ? null : Buffer.from(`\r\n--${boundaries[0] as string}--`)
 }

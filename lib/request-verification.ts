@@ -3,7 +3,7 @@ import type { Readable } from 'node:stream'
 import type { Algorithm } from './algorithms.js'
 import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
-import { missingField, type Finding } from './findings.js'
+import { refusals, type Finding } from './findings.js'
 import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from './framing.js'
 import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
@@ -48,7 +48,7 @@ export function verifyRequest (
   const announced = announcedFields(headers)
   const length = declaredLength(request)
   if (expectations.length === 0 && announced.length === 0) {
-    if (settings.required && length !== 0) return refuse([missingField(settings.algorithms.keys())])
+    if (settings.required && length !== 0) return refuse([refusals.missingField(settings.algorithms.keys())])
     attached(watchTrailers(request, reply, settingsOf))
     done()
     return
@@ -85,7 +85,7 @@ export function verifyRequest (
   const source = request.raw
   // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
   if (source.readableDidRead) {
-    return refuse([{ kind: 'general', detail: 'the integrity fields of this request cannot be verified: its content was read before the plugin could hash it' }])
+    return refuse([refusals.readBeforeHook()])
   }
   const verifier = new SourceVerifier(source, {
     settings,
@@ -155,10 +155,7 @@ export class TrailerWatch implements PendingContent {
       whenSettled?.()
       return more
     }
-    const problem: DigestProblem = problemFor(settings, [{
-      kind: 'general',
-      detail: 'the integrity fields in the trailer section of this request cannot be verified: announce them in a Trailer field, so that the content is hashed as it arrives'
-    }])
+    const problem: DigestProblem = problemFor(settings, [refusals.unannouncedTrailer()])
     const heard = failSource(source, problem)
     if (whenSettled !== null) whenSettled(problem)
     else answerUnheard(problem, heard, this.request, this.reply)

@@ -2,7 +2,7 @@ import type { Hash } from 'node:crypto'
 import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'
 import type { Algorithm } from './algorithms.js'
-import { shortened, type GeneralFinding } from './findings.js'
+import { refusals, type GeneralFinding } from './findings.js'
 
 // The content codings this plugin can remove (RFC 9110 section 8.4.1; zstd, RFC 8878, where the
 // running Node has it). x-gzip is gzip (RFC 9110 section 8.4.1.3).
@@ -26,11 +26,11 @@ export function contentCodings (contentEncoding: string | undefined): string[] |
   if (contentEncoding === undefined) return []
   const codings = contentEncoding.toLowerCase().split(',').map((coding) => coding.trim()).filter((coding) => coding !== '' && coding !== 'identity')
   if (codings.length > maxCodings) {
-    return { kind: 'general', detail: `Unencoded-Digest cannot be verified: this server removes at most ${maxCodings} content codings` }
+    return refusals.tooManyCodings(maxCodings)
   }
   const unknown = codings.find((coding) => !decoders.has(coding))
   if (unknown === undefined) return codings
-  return { kind: 'general', detail: `Unencoded-Digest cannot be verified: this server cannot remove the content coding ${shortened(unknown)}` }
+  return refusals.unknownCoding(unknown)
 }
 
 /**
@@ -64,14 +64,14 @@ export class UnencodedHasher {
     this.#hashes = algorithms.map((algorithm) => algorithm.createHash())
     this.#given = chain.map(() => 0)
     chain.forEach((decoder, i) => {
-      decoder.on('error', (error: Error) => this.#fail(`the content does not decode: ${error.message}`))
+      decoder.on('error', (error: Error) => this.#fail(refusals.undecodable(error.message)))
       // Every stage is bounded, not only the last: a decoder ignores bytes after the end of its
       // stream, so an inner stage could decode gigabytes that never reach the last.
       let decoded = 0
       const next = chain[i + 1]
       decoder.on('data', (chunk: Buffer) => {
         decoded += chunk.length
-        if (decoded > limit) this.#fail(`the content decodes to more than ${limit} bytes`, 413)
+        if (decoded > limit) this.#fail(refusals.decodesPastLimit(limit))
         else if (next === undefined) for (const hash of this.#hashes) hash.update(chunk)
         else this.#given[i + 1] = (this.#given[i + 1] as number) + chunk.length
       })
@@ -115,7 +115,7 @@ export class UnencodedHasher {
     // A stage that consumed less than it was given met the end of its coding's stream early.
     const early = this.#chain.findIndex((stage, i) => (stage as Transform & { bytesWritten: number }).bytesWritten !== this.#given[i])
     if (early !== -1) {
-      return { kind: 'general', detail: `Unencoded-Digest cannot be verified: the content has bytes after the end of its ${this.#codings[early] as string} coding` }
+      return refusals.bytesAfterCoding(this.#codings[early] as string)
     }
     return new Map(this.#algorithms.map((algorithm, i) => [algorithm, (this.#hashes[i] as Hash).digest()]))
   }
@@ -127,8 +127,8 @@ export class UnencodedHasher {
   }
 
   // Called once at most: a destroyed chain emits nothing more, and nothing is written to it.
-  #fail (reason: string, status = 400): void {
-    this.#finding = { kind: 'general', detail: `Unencoded-Digest cannot be verified: ${reason}`, status }
+  #fail (finding: GeneralFinding): void {
+    this.#finding = finding
     for (const decoder of this.#chain) decoder.destroy()
     this.#release()
   }

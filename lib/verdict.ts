@@ -4,7 +4,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import { judgeFields, type Expectation } from './fields.js'
-import { missingField, type Finding, type GeneralFinding, type MismatchedValue } from './findings.js'
+import { refusals, type Finding, type GeneralFinding, type MismatchedValue } from './findings.js'
 import type { Settings } from './options.js'
 import { maxEpilogue } from './held-content.js'
 import { hasIntegrityTrailer } from './source.js'
@@ -30,7 +30,7 @@ export function compareDigests (expectations: readonly Expectation[], digests: D
     const decoded = field === 'unencoded-digest' && digests.unencoded !== null
     const digest = (decoded ? digests.unencoded as ReadonlyMap<Algorithm, Buffer> : digests.received).get(algorithm)
     if (digest === undefined) {
-      return [{ kind: 'general', detail: `${header} in the trailer section names ${algorithm.key}, which the content was not hashed with: announce the field in Trailer` }]
+      return [refusals.notHashedWith(header, algorithm.key)]
     }
     // Equal lengths are guaranteed by judgeFields; timingSafeEqual reads every byte, so the time
     // taken tells nothing about how much of a guessed digest was right.
@@ -72,15 +72,15 @@ export function verdictOf (content: Completed): VerifiedDigest | Finding[] {
     if (judgement.findings.length > 0) return [...judgement.findings]
     // Coded content was decoded only for a field the header section named or announced.
     if (coded && !decoded && judgement.expectations.some(({ field }) => field === 'unencoded-digest')) {
-      return [{ kind: 'general', detail: 'Unencoded-Digest in the trailer section cannot be verified: the content was not decoded for it; announce it in a Trailer field' }]
+      return [refusals.unencodedTrailerNotDecoded()]
     }
     all = [...expectations, ...judgement.expectations]
   }
   if (unencoded !== null && !(unencoded instanceof Map)) return [unencoded as GeneralFinding]
   if (content.overflowed) {
-    return [{ kind: 'general', detail: `the content cannot be verified: more than ${maxEpilogue} bytes follow its multipart close delimiter` }]
+    return [refusals.longEpilogue(maxEpilogue)]
   }
   // A field announced in Trailer but never sent leaves nothing checked, which `required` refuses.
-  if (all.length === 0 && settings.required) return [missingField(settings.algorithms.keys())]
+  if (all.length === 0 && settings.required) return [refusals.missingField(settings.algorithms.keys())]
   return compareDigests(all, { received, unencoded: unencoded as ReadonlyMap<Algorithm, Buffer> | null })
 }
