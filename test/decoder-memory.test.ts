@@ -14,6 +14,8 @@ import { fuzzSeed, seededRandom } from './helpers.js'
 // for it. Each configuration gets a fresh server process, whose own peak resident set is compared.
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
+// Heavier than most files: more than the runner's 30 s default on a loaded 2-core machine.
+t.setTimeout(120_000)
 
 // Bytes of four bits of entropy each: deflate halves them, and inflating them is slower than a
 // reader that discards what it reads.

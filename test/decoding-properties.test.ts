@@ -17,6 +17,8 @@ import { abortUpload, fuzzScale, fuzzSeed, h2Request, listen, problemTypes, rand
 // no reader may see the end of content that was refused.
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
+// Heavier than most files: more than the runner's 30 s default on a loaded 2-core machine.
+t.setTimeout(120_000)
 
 const readers = ['copy then zero', 'rewrite in place', 'buffer parser', 'for await over the payload', 'pipeline of request.raw'] as const
 type Reader = typeof readers[number]

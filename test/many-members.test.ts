@@ -9,6 +9,9 @@ import { hello, helloSha256, json, listen, problemTypes, rawRequest } from './he
 // Want-Content-Digest field; item 7: one 16 KiB field wrote a 189 KB log line. Work is now linear
 // in the fields' size, and what the plugin sends back or logs is bounded whatever they hold.
 
+// Heavier than most files: more than the runner's 30 s default on a loaded 2-core machine.
+t.setTimeout(120_000)
+
 /** A dictionary of `count` unsupported keys, each `key(i)`, with byte-sequence or integer values. */
 function field (count: number, value: string, key = (i: number) => `k${i}`): string {
   return Array.from({ length: count }, (_, i) => `${key(i)}=${value}`).join(', ')
