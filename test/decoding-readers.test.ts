@@ -5,6 +5,8 @@ import * as zlib from 'node:zlib'
 import t from 'tap'
 import Fastify from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
+import { lookupAlgorithm, type Algorithm } from '../lib/algorithms.js'
+import { UnencodedHasher } from '../lib/unencoded.js'
 import { fuzzSeed, h2Request, listen, problemTypes, randomChunks, rawRequest, seededBytes, seededRandom, watchProcess } from './helpers.js'
 
 // Issue 15, items 1 and 6. The side decoder of Unencoded-Digest read each chunk later than the
@@ -178,4 +180,18 @@ t.test('HTTP/2 clients that cancel coded uploads midway do not take the process 
   const after = await h2Request(port, { ':method': 'PUT', ':path': '/', 'content-type': 'application/octet-stream', 'content-encoding': 'gzip', 'unencoded-digest': sha256(content) }, [whole])
   t.equal(after.status, 200, 'the server still answers')
   t.same(escaped, [], 'nothing escaped to the process')
+})
+
+// Which chunk arrives after a decoding stage failed depends on timing over a socket; here it is
+// certain: a write while the decoder is full waits for it, the bomb fails it first, and the next
+// write must not reach the destroyed decoder (whose error would replace the 413 with another).
+t.test('once decoding failed, a further chunk is not given to the destroyed decoder', async (t) => {
+  const hasher = new UnencodedHasher(['gzip'], [lookupAlgorithm('sha-256') as Algorithm], 1024 * 1024)
+  const bomb = zlib.gzipSync(Buffer.alloc(64 * 1024 * 1024))
+  t.ok(bomb.length > 16 * 1024 && !hasher.write(bomb), 'a write over the decoder\'s high-water mark fills it')
+  await new Promise<void>((resolve) => hasher.whenDrained(resolve))
+  t.equal(hasher.full, false, 'a failed decoder takes no more input')
+  t.equal(hasher.write(Buffer.from('more')), true)
+  const result = await new Promise((resolve) => hasher.end(resolve))
+  t.same(result, { kind: 'general', detail: 'Unencoded-Digest cannot be verified: the content decodes to more than 1048576 bytes', status: 413 })
 })
