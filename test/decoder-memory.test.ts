@@ -12,6 +12,8 @@ import { fuzzSeed, seededRandom } from './helpers.js'
 // while zlib was slower than the reader (a 104 MiB deflate upload peaked 102 MiB above the same
 // upload checked with Content-Digest). The decoder's input is now bounded: the connection waits
 // for it. Each configuration gets a fresh server process, whose own peak resident set is compared.
+// The bound is a quarter of the upload: far under the queue it pins, and over the collector's noise
+// (one CI run on Node 26 peaked 18 MiB above, others 2 to 10).
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 // Heavier than most files: more than the runner's 30 s default on a loaded 2-core machine.
@@ -51,7 +53,7 @@ async function peakAfterUpload (t: Tap, coded: Buffer, headers: Record<string, s
 
 type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
-t.test('a 128 MiB coded upload checked with Unencoded-Digest peaks within 16 MiB of the same upload checked with Content-Digest', async (t) => {
+t.test('a 128 MiB coded upload checked with Unencoded-Digest peaks within 32 MiB of the same upload checked with Content-Digest', async (t) => {
   const original = content(240 * 1024 * 1024)
   const coded = deflateSync(original, { level: 1 })
   t.ok(coded.length >= 128 * 1024 * 1024, `the coded upload is ${(coded.length / 2 ** 20).toFixed(1)} MiB`)
@@ -63,5 +65,5 @@ t.test('a 128 MiB coded upload checked with Unencoded-Digest peaks within 16 MiB
   t.same(plain.body, { length: coded.length, fields: ['content-digest'] })
   const above = (decoding.peak - plain.peak) / 2 ** 20
   t.comment(`peak resident set: ${(decoding.peak / 2 ** 20).toFixed(1)} MiB decoding, ${(plain.peak / 2 ** 20).toFixed(1)} MiB not, ${above.toFixed(1)} MiB above`)
-  t.ok(above <= 16, `the decoding server peaks ${above.toFixed(1)} MiB above the other, at most 16`)
+  t.ok(above <= 32, `the decoding server peaks ${above.toFixed(1)} MiB above the other, at most 32`)
 })
