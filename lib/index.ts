@@ -32,6 +32,7 @@ import { responseDigests, type SuppliedDigests } from './response-digests.js'
 import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kSuppliedDigests } from './symbols.js'
 import { declaredBeforeRegistration } from './warnings.js'
 import { lookupAlgorithm } from './algorithms.js'
+import { invalidOption } from './errors.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
 
 export type * from './types.js'
@@ -105,7 +106,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       for (const [key, value] of Object.entries(digests)) {
         const algorithm = lookupAlgorithm(key)
         if (algorithm === undefined || !Buffer.isBuffer(value) || value.length !== algorithm.length) {
-          throw new TypeError(`fastify-digest-fields: reply.reprDigest: ${key} must be a Buffer of the digest's length`)
+          throw invalidOption('reply.reprDigest', `${key} must be a Buffer of the digest's length`)
         }
       }
       ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = digests

@@ -9,6 +9,7 @@ import type {
   FastifyDigestFieldsOptions
 } from './types.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
+import { invalidOption } from './errors.js'
 
 /** Options normalized once, at registration or route declaration; every request reads only this. */
 export interface Settings {
@@ -46,7 +47,7 @@ export function serializePreferences (preferences: ReadonlyMap<string, number>):
 }
 
 function fail (where: string, message: string): never {
-  throw new TypeError(`fastify-digest-fields: ${where}: ${message}`)
+  throw invalidOption(where, message)
 }
 
 function show (value: unknown): string {

@@ -2,6 +2,7 @@
 import type { LogLevel } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
 import type { DigestProblemDocument, DraftProblemDocument } from './types.js'
+import { problemCodes, type ProblemCode } from './errors.js'
 import {
   isListable,
   maxKeyLength,
@@ -30,7 +31,8 @@ import {
 
 /** A refused request: the error a hook hands to Fastify, answered by the plugin's error handler. */
 export class DigestProblem extends Error {
-  readonly code = 'FST_DIGEST_FIELDS_PROBLEM'
+  /** What was found, from the catalogue in errors.ts; only the status under disclosure `none`. */
+  code: ProblemCode = problemCodes[400]
 
   constructor (
     /** The problem type that was found, logged even when the response does not disclose it. */
@@ -179,6 +181,9 @@ export function problemFor (settings: Settings, findings: readonly Finding[]): D
   const answer = settings.disclosure === 'none'
     ? new DigestProblem(problem.type, phrase, { type: 'about:blank', title: phrase }, generalProblemSchema, {}, problem.statusCode)
     : problem
+  answer.code = first.kind === 'general' || settings.disclosure === 'none'
+    ? problemCodes[problem.statusCode as 400 | 413]
+    : problemCodes[first.kind]
   answer.logMessage = problem.message
   answer.logLevel = settings.problemLogLevel
   answer.found = listed.map((finding) => ({ field: finding.header, algorithm: finding.algorithm }))

@@ -1,0 +1,18 @@
+/** The codes of the plugin's errors: one for each problem it answers, and one for a bad option or argument. */
+
+/** The problem of each kind of finding, as `DigestProblem.code`. */
+export const problemCodes = {
+  unsupported: 'FST_DIGEST_FIELDS_UNSUPPORTED_ALGORITHM',
+  invalid: 'FST_DIGEST_FIELDS_INVALID_VALUE',
+  mismatched: 'FST_DIGEST_FIELDS_MISMATCHING_VALUE',
+  // about:blank problems, and every problem under disclosure `none`, by status.
+  400: 'FST_DIGEST_FIELDS_BAD_REQUEST',
+  413: 'FST_DIGEST_FIELDS_CONTENT_TOO_LARGE'
+} as const
+
+export type ProblemCode = typeof problemCodes[keyof typeof problemCodes]
+
+/** A TypeError for an option the plugin refuses (at registration or when a route is declared) or a bad argument. */
+export function invalidOption (where: string, message: string): TypeError & { code: string } {
+  return Object.assign(new TypeError(`fastify-digest-fields: ${where}: ${message}`), { code: 'FST_DIGEST_FIELDS_INVALID_OPTION' })
+}
