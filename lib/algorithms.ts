@@ -1,3 +1,4 @@
+/** The hashing algorithms of the IANA registry (RFC 9530 section 5) that the plugin computes, by key. */
 import { createHash, hash, type Hash } from 'node:crypto'
 import type { DigestAlgorithm } from './types.js'
 

@@ -1,3 +1,4 @@
+/** The one way a problem leaves: as the reply's problem document, logged once. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { DigestProblem } from './problems.js'
 

@@ -1,3 +1,4 @@
+/** The digest fields of a header or trailer section, parsed and judged before any content is read. */
 import type { IncomingHttpHeaders } from 'node:http'
 import { isInnerList, parseDictionary, type Dictionary, type InnerList, type Item } from 'structured-headers'
 import type { DigestFieldName } from './types.js'

@@ -1,3 +1,4 @@
+/** What a request's framing says about verifying it: its length, range, transfer codings and multipart end. */
 import type { FastifyRequest } from 'fastify'
 import type { Http2Stream } from 'node:http2'
 import { refusals, type GeneralFinding } from './findings.js'

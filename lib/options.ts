@@ -1,3 +1,4 @@
+/** The plugin's and routes' options, checked and normalized once into the settings every request reads. */
 import type { LogLevel } from 'fastify'
 import { serializeDictionary, type Item } from 'structured-headers'
 import type {

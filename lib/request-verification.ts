@@ -1,3 +1,4 @@
+/** The verification of one request, set up in onRequest: at the source when it has fields, else a trailer watch. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Readable } from 'node:stream'
 import type { Algorithm } from './algorithms.js'

@@ -1,3 +1,4 @@
+/** Digests on responses: Want-* fields answered, in the header section or, for streams, the trailer section. */
 import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { Hash } from 'node:crypto'
 import { pipeline, Transform, type Readable } from 'node:stream'

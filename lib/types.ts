@@ -1,5 +1,4 @@
-// The public type contract of fastify-digest-fields: the rest of lib/ implements it, and
-// test-d/index.test-d.ts pins it. Types only, so nothing of it is loaded at run time.
+/** The public type contract: the rest of lib/ implements it, types/index.test-d.ts pins it; nothing loads at run time. */
 import type { LogLevel } from 'fastify'
 
 /** Algorithm keys of the IANA "Hash Algorithms for HTTP Digest Fields" registry this plugin can compute. */

@@ -1,3 +1,4 @@
+/** Unencoded-Digest's side decoder: the content codings removed from a copy of the content, which is hashed. */
 import type { Hash } from 'node:crypto'
 import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'

@@ -6,8 +6,10 @@ import type { Algorithm } from './algorithms.js'
 import { judgeFields, type Expectation } from './fields.js'
 import { refusals, type Finding, type GeneralFinding, type MismatchedValue } from './findings.js'
 import type { Settings } from './options.js'
-import { maxEpilogue } from './held-content.js'
-import { hasIntegrityTrailer } from './source.js'
+import { maxEpilogue, type HeldContent } from './held-content.js'
+import { problemFor, type DigestProblem } from './problems.js'
+import { hasIntegrityTrailer, type Source } from './source.js'
+import type { Verification } from './verifier.js'
 
 /** The digests calculated over the content: of the bytes received, and of the decoded content. */
 export interface Digests {
@@ -83,4 +85,36 @@ export function verdictOf (content: Completed): VerifiedDigest | Finding[] {
   // A field announced in Trailer but never sent leaves nothing checked, which `required` refuses.
   if (all.length === 0 && settings.required) return [refusals.missingField(settings.algorithms.keys())]
   return compareDigests(all, { received, unencoded: unencoded as ReadonlyMap<Algorithm, Buffer> | null })
+}
+
+/**
+ * Settles a complete content's verification: the rest of a coded content is decoded, the trailer
+ * section judged and the digests compared; `callback` gets the problem, or null once `verified`
+ * was told what was. Synchronous unless a content coding has to be removed.
+ */
+export function judgeContent (
+  verification: Verification,
+  received: ReadonlyMap<Algorithm, Buffer>,
+  source: Source,
+  held: HeldContent,
+  callback: (problem: DigestProblem | null) => void
+): void {
+  const decide = (unencoded: Map<Algorithm, Buffer> | GeneralFinding | null): void => {
+    const verdict = verdictOf({
+      ...verification,
+      decoded: verification.unencoded !== null,
+      trailers: source.trailers,
+      received,
+      unencoded,
+      overflowed: held.overflowed
+    })
+    if (Array.isArray(verdict)) {
+      callback(problemFor(verification.settings, verdict))
+      return
+    }
+    if (verdict.fields.length > 0) verification.verified(verdict)
+    callback(null)
+  }
+  if (verification.unencoded === null) decide(null)
+  else verification.unencoded.end(decide)
 }

@@ -6,15 +6,14 @@ import type { Readable } from 'node:stream'
 import type { VerifiedDigest } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import type { Expectation } from './fields.js'
-import type { GeneralFinding } from './findings.js'
 import type { Settings } from './options.js'
-import { problemFor, type DigestProblem } from './problems.js'
+import type { DigestProblem } from './problems.js'
 import type { UnencodedHasher } from './unencoded.js'
 import { ContentHashes } from './content-hashes.js'
 import { HeldContent } from './held-content.js'
 import { failSource, readToEnd, type Source } from './source.js'
 import { kSourceVerifier } from './symbols.js'
-import { verdictOf } from './verdict.js'
+import { judgeContent } from './verdict.js'
 
 /** Content whose verdict may still be pending when a later hook or the reply needs it. */
 export interface PendingContent {
@@ -151,27 +150,8 @@ export class SourceVerifier implements PendingContent {
    * was told what was verified. Synchronous unless a content coding has to be removed.
    */
   judge (callback: (problem: DigestProblem | null) => void): void {
-    const verification = this.#verification
-    const received = this.#hashes.digests()
     this.settled = true
-    const decide = (unencoded: Map<Algorithm, Buffer> | GeneralFinding | null): void => {
-      const verdict = verdictOf({
-        ...verification,
-        decoded: verification.unencoded !== null,
-        trailers: this.#source.trailers,
-        received,
-        unencoded,
-        overflowed: this.#held.overflowed
-      })
-      if (Array.isArray(verdict)) {
-        callback(problemFor(verification.settings, verdict))
-        return
-      }
-      if (verdict.fields.length > 0) verification.verified(verdict)
-      callback(null)
-    }
-    if (verification.unencoded === null) decide(null)
-    else verification.unencoded.end(decide)
+    judgeContent(this.#verification, this.#hashes.digests(), this.#source, this.#held, callback)
   }
 
   #conclude (problem: DigestProblem | null): void {
