@@ -84,28 +84,38 @@ const unencodedUnverifiable = 'Unencoded-Digest cannot be verified'
 /** Every refusal without a specific problem type (about:blank), by what causes it. */
 export const refusals = {
   /** A field is not a dictionary: never digest-invalid-value (problem-types section 4.2). */
-  notADictionary: (field: FieldName, reason: string) => general(`${field} is not a valid structured-field dictionary: ${reason}`),
+  notADictionary: (field: FieldName, reason: string) =>
+    general(`${field} is not a valid structured-field dictionary: ${reason}`),
   /** RFC 9530 section 4: a preference is an Integer from 0 to 10. */
-  badPreference: (field: FieldName, key: string) => general(`${field} gives ${shortened(key)} a preference that is not an integer from 0 to 10`),
+  badPreference: (field: FieldName, key: string) =>
+    general(`${field} gives ${shortened(key)} a preference that is not an integer from 0 to 10`),
   /** A route with `required` got content with no integrity field it could check. */
   missingField: (supported: Iterable<string>): GeneralFinding => ({
     kind: 'general',
     detail: `this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: ${[...supported].join(', ')}`,
     advertise: true
   }),
-  readBeforeHook: () => general('the integrity fields of this request cannot be verified: its content was read before the plugin could hash it'),
-  transferCoding: (coding: string) => general(`${unverifiable}: this server does not remove its transfer coding ${shortened(coding)}`),
-  ambiguousBoundary: () => general(`${unverifiable}: its multipart boundary cannot be read unambiguously from Content-Type`),
-  longEpilogue: (limit: number) => general(`${unverifiable}: more than ${limit} bytes follow its multipart close delimiter`),
+  readBeforeHook: () =>
+    general('the integrity fields of this request cannot be verified: its content was read before the plugin could hash it'),
+  transferCoding: (coding: string) =>
+    general(`${unverifiable}: this server does not remove its transfer coding ${shortened(coding)}`),
+  ambiguousBoundary: () =>
+    general(`${unverifiable}: its multipart boundary cannot be read unambiguously from Content-Type`),
+  longEpilogue: (limit: number) =>
+    general(`${unverifiable}: more than ${limit} bytes follow its multipart close delimiter`),
   unannouncedTrailer: () => general('the integrity fields in the trailer section of this request cannot be verified: ' +
     'announce them in a Trailer field, so that the content is hashed as it arrives'),
   notHashedWith: (field: IntegrityFieldName, key: string) =>
     general(`${field} in the trailer section names ${key}, which the content was not hashed with: announce the field in Trailer`),
   unencodedTrailerNotDecoded: () =>
     general('Unencoded-Digest in the trailer section cannot be verified: the content was not decoded for it; announce it in a Trailer field'),
-  tooManyCodings: (limit: number) => general(`${unencodedUnverifiable}: this server removes at most ${limit} content codings`),
-  unknownCoding: (coding: string) => general(`${unencodedUnverifiable}: this server cannot remove the content coding ${shortened(coding)}`),
-  bytesAfterCoding: (coding: string) => general(`${unencodedUnverifiable}: the content has bytes after the end of its ${coding} coding`),
+  tooManyCodings: (limit: number) =>
+    general(`${unencodedUnverifiable}: this server removes at most ${limit} content codings`),
+  unknownCoding: (coding: string) =>
+    general(`${unencodedUnverifiable}: this server cannot remove the content coding ${shortened(coding)}`),
+  bytesAfterCoding: (coding: string) =>
+    general(`${unencodedUnverifiable}: the content has bytes after the end of its ${coding} coding`),
   undecodable: (reason: string) => general(`${unencodedUnverifiable}: the content does not decode: ${reason}`),
-  decodesPastLimit: (limit: number) => general(`${unencodedUnverifiable}: the content decodes to more than ${limit} bytes`, 413)
+  decodesPastLimit: (limit: number) =>
+    general(`${unencodedUnverifiable}: the content decodes to more than ${limit} bytes`, 413)
 } as const
