@@ -10,7 +10,8 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
   // abstract-logging, Fastify's logger when logging is off, has no `silent`.
   if (problem.logLevel !== 'silent') {
     const notListed = problem.notListed === 0 ? {} : { digestFieldsNotListed: problem.notListed }
-    request.log[problem.logLevel]({ problemType: problem.type, digestFields: problem.found, ...notListed }, problem.logMessage)
+    const found = { problemType: problem.type, digestFields: problem.found, ...notListed }
+    request.log[problem.logLevel](found, problem.logMessage)
   }
   reply
     .code(problem.statusCode)

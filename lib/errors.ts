@@ -14,5 +14,6 @@ export type ProblemCode = typeof problemCodes[keyof typeof problemCodes]
 
 /** A TypeError for an option the plugin refuses (at registration or when a route is declared) or a bad argument. */
 export function invalidOption (where: string, message: string): TypeError & { code: string } {
-  return Object.assign(new TypeError(`fastify-digest-fields: ${where}: ${message}`), { code: 'FST_DIGEST_FIELDS_INVALID_OPTION' })
+  const error = new TypeError(`fastify-digest-fields: ${where}: ${message}`)
+  return Object.assign(error, { code: 'FST_DIGEST_FIELDS_INVALID_OPTION' })
 }

@@ -3,7 +3,14 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { isInnerList, parseDictionary, type Dictionary, type InnerList, type Item } from 'structured-headers'
 import type { DigestFieldName } from './types.js'
 import type { Algorithm } from './algorithms.js'
-import { refusals, type FieldName, type Finding, type IntegrityFieldName, type InvalidValue, type UnsupportedAlgorithm } from './findings.js'
+import {
+  refusals,
+  type FieldName,
+  type Finding,
+  type IntegrityFieldName,
+  type InvalidValue,
+  type UnsupportedAlgorithm
+} from './findings.js'
 import type { Settings } from './options.js'
 
 /** One digest value from an integrity field that the received content must match. */
@@ -66,6 +73,9 @@ export function announcedFields (headers: IncomingHttpHeaders): string[] {
 
 type Parsed = [Field, Dictionary, string]
 
+/** A header or trailer section, as Node gives it. */
+type Section = Readonly<Record<string, string | string[] | undefined>>
+
 function parse (section: Readonly<Record<string, string | string[] | undefined>>): Parsed[] | Finding {
   const present: Parsed[] = []
   for (const field of fields) {
@@ -94,7 +104,8 @@ function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text
   const decimals = decimalKeys(text)
   for (const [key, member] of dictionary) {
     const weight = member[0]
-    if (isInnerList(member) || typeof weight !== 'number' || !Number.isInteger(weight) || weight < 0 || weight > 10 || decimals.has(key)) {
+    const integer = typeof weight === 'number' && Number.isInteger(weight) && !decimals.has(key)
+    if (isInnerList(member) || !integer || weight < 0 || weight > 10) {
       return refusals.badPreference(name, key)
     }
     // RFC 9530 section 4: 0 means "not acceptable", so a 0 asks for nothing and cannot be unsupported.
@@ -111,7 +122,8 @@ function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text
  */
 function decimalKeys (text: string): Set<string> {
   const last = new Map<string, string>()
-  for (const [, key, value] of text.matchAll(/(?:^|,)[ \t]*([a-z*][a-z0-9_.*-]*)=([^,;\s]*)/g)) last.set(key as string, value as string)
+  const members = text.matchAll(/(?:^|,)[ \t]*([a-z*][a-z0-9_.*-]*)=([^,;\s]*)/g)
+  for (const [, key, value] of members) last.set(key as string, value as string)
   return new Set([...last].filter(([, value]) => /^-?\d+\./.test(value)).map(([key]) => key))
 }
 
@@ -119,7 +131,9 @@ function unsupportedKeys (settings: Settings, field: Field, keys: readonly strin
   // By default a field is acceptable while it names one algorithm the route supports, which is
   // what lets a client offer several digests at once (RFC 9530 section 2).
   if (!settings.strictAlgorithms && keys.some(key => settings.algorithms.has(key))) return []
-  return keys.filter((key) => !settings.algorithms.has(key)).map((algorithm) => ({ kind: 'unsupported', algorithm, header: field.name }))
+  return keys
+    .filter((key) => !settings.algorithms.has(key))
+    .map((algorithm) => ({ kind: 'unsupported', algorithm, header: field.name }))
 }
 
 /** Why a value cannot come from its algorithm (problem-types section 4.2), or null. */
@@ -139,7 +153,7 @@ function invalidity (algorithm: Algorithm, member: Item | InnerList): string | n
  * for a request with a valid Content-Range, whose Repr-Digest describes the whole representation
  * and so cannot be checked against this request's bytes (RFC 9530 section 3).
  */
-export function judgeFields (section: Readonly<Record<string, string | string[] | undefined>>, settings: Settings, partial: boolean): Judgement {
+export function judgeFields (section: Section, settings: Settings, partial: boolean): Judgement {
   const present = parse(section)
   if (!Array.isArray(present)) return { findings: [present], expectations: [] }
   const unsupported: UnsupportedAlgorithm[] = []
@@ -160,7 +174,8 @@ export function judgeFields (section: Readonly<Record<string, string | string[] 
       if (reason !== null) {
         invalid.push({ kind: 'invalid', algorithm: key, header: name as IntegrityFieldName, reason })
       } else if (!(partial && integrity === 'repr-digest')) {
-        expectations.push({ field: integrity, header: name as IntegrityFieldName, algorithm, value: Buffer.from(member[0] as ArrayBuffer) })
+        const value = Buffer.from(member[0] as ArrayBuffer)
+        expectations.push({ field: integrity, header: name as IntegrityFieldName, algorithm, value })
       }
     }
   }

@@ -92,11 +92,13 @@ export const refusals = {
   /** A route with `required` got content with no integrity field it could check. */
   missingField: (supported: Iterable<string>): GeneralFinding => ({
     kind: 'general',
-    detail: `this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: ${[...supported].join(', ')}`,
+    detail: 'this resource requires a Content-Digest, Repr-Digest or Unencoded-Digest field with one of: ' +
+      [...supported].join(', '),
     advertise: true
   }),
   readBeforeHook: () =>
-    general('the integrity fields of this request cannot be verified: its content was read before the plugin could hash it'),
+    general('the integrity fields of this request cannot be verified: ' +
+      'its content was read before the plugin could hash it'),
   transferCoding: (coding: string) =>
     general(`${unverifiable}: this server does not remove its transfer coding ${shortened(coding)}`),
   ambiguousBoundary: () =>
@@ -106,9 +108,11 @@ export const refusals = {
   unannouncedTrailer: () => general('the integrity fields in the trailer section of this request cannot be verified: ' +
     'announce them in a Trailer field, so that the content is hashed as it arrives'),
   notHashedWith: (field: IntegrityFieldName, key: string) =>
-    general(`${field} in the trailer section names ${key}, which the content was not hashed with: announce the field in Trailer`),
+    general(`${field} in the trailer section names ${key}, which the content was not hashed with: ` +
+      'announce the field in Trailer'),
   unencodedTrailerNotDecoded: () =>
-    general('Unencoded-Digest in the trailer section cannot be verified: the content was not decoded for it; announce it in a Trailer field'),
+    general('Unencoded-Digest in the trailer section cannot be verified: the content was not decoded for it; ' +
+      'announce it in a Trailer field'),
   tooManyCodings: (limit: number) =>
     general(`${unencodedUnverifiable}: this server removes at most ${limit} content codings`),
   unknownCoding: (coding: string) =>

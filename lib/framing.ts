@@ -15,7 +15,7 @@ export function declaredLength (request: FastifyRequest): number {
   if (length !== undefined) return /^\d+$/.test(length) ? Number(length) : NaN
   if (request.headers['transfer-encoding'] !== undefined) return NaN
   // inject() (light-my-request) delivers its payload, a stream among them, whatever the fields say.
-  const { stream, _lightMyRequest: injected } = request.raw as { stream?: Http2Stream, _lightMyRequest?: { payload: unknown } }
+  const { stream, _lightMyRequest: injected } = request.raw as InjectedOrHttp2
   if (injected !== undefined) return injected.payload === null ? 0 : NaN
   // Without either an HTTP/1 request has no content (RFC 9112 section 6.3); HTTP/2 frames content
   // in DATA frames, and a request has none when its HEADERS frame ended the stream (RFC 9113
@@ -24,6 +24,13 @@ export function declaredLength (request: FastifyRequest): number {
 }
 
 // RFC 9110 section 14.4: range-unit SP first-pos "-" last-pos "/" ( complete-length / "*" ).
+type InjectedOrHttp2 = { stream?: Http2Stream, _lightMyRequest?: { payload: unknown } }
+
+/** The members of a list of codings (RFC 9110 section 5.6.1), in lower case. */
+export function codingsOf (field: string): string[] {
+  return field.toLowerCase().split(',').map((coding) => coding.trim())
+}
+
 const rangeResp = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ (\d+)-(\d+)\/(\d+|\*)$/
 
 /**
@@ -48,7 +55,7 @@ export function isPartial (contentRange: string | undefined): boolean {
  */
 export function keptTransferCoding (transferEncoding: string | undefined): GeneralFinding | null {
   if (transferEncoding === undefined) return null
-  const kept = transferEncoding.toLowerCase().split(',').map((coding) => coding.trim()).find((coding) => coding !== 'chunked')
+  const kept = codingsOf(transferEncoding).find((coding) => coding !== 'chunked')
   if (kept === undefined) return null
   return refusals.transferCoding(kept)
 }

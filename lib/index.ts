@@ -74,7 +74,8 @@ function routeName (route: RouteOptions): string {
 
 const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: FastifyInstance, options) => {
   // Fastify's own register options reach the plugin with its options; they are Fastify's to apply.
-  const { prefix, logLevel, logSerializers, ...digestOptions } = options as FastifyDigestFieldsOptions & Record<string, unknown>
+  const { prefix, logLevel, logSerializers, ...digestOptions } =
+    options as FastifyDigestFieldsOptions & Record<string, unknown>
   const defaults = pluginSettings(digestOptions)
   // While no route requires a field, a request without one is done with after seven header lookups.
   let anyRequired = defaults.required
@@ -129,7 +130,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     scheduled[kSendDigests] = responseDigests(settings)
     if (first) {
       queueMicrotask(() => {
-        const onSend = route.onSend === undefined ? [] : Array.isArray(route.onSend) ? [...route.onSend] : [route.onSend]
+        const onSend = route.onSend === undefined ? [] : [route.onSend].flat()
         const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
         onSend.splice(head === -1 ? onSend.length : head, 0, scheduled[kSendDigests] as onSendHookHandler)
         route.onSend = onSend
@@ -141,7 +142,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // the application keeps setErrorHandler to itself.
     const routeErrorHandler = route.errorHandler
     if ((routeErrorHandler as { [kAnswersProblems]?: true } | undefined)?.[kAnswersProblems] === true) return
-    route.errorHandler = Object.assign(function digestErrorHandler (this: FastifyInstance, error: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+    type Handler = (this: FastifyInstance, error: FastifyError, request: FastifyRequest, reply: FastifyReply) => unknown
+    const digestErrorHandler: Handler = function (error, request, reply) {
       if (error instanceof DigestProblem) {
         // Fastify closes the connection on a parser's error, as the client may still be sending; a
         // verdict comes once the content is complete, so the connection stays as it would for
@@ -152,7 +154,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       }
       if (routeErrorHandler !== undefined) return routeErrorHandler.call(this, error, request, reply)
       throw error
-    }, { [kAnswersProblems]: true as const })
+    }
+    route.errorHandler = Object.assign(digestErrorHandler, { [kAnswersProblems]: true as const })
   })
 
   // The fields are judged, and the content taken over at its source, as soon as the route is known:

@@ -37,7 +37,9 @@ const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest'
 const shapes: readonly DigestProblemTypes[] = ['draft-00', 'registered']
 const responseFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest']
 const logLevels: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
-const routeKeys = ['algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests']
+const routeKeys = [
+  'algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests'
+]
 const pluginKeys = [...routeKeys, 'problemTypesBase']
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
@@ -107,7 +109,8 @@ function normalizeBase (value: unknown): string {
   return value + '#'
 }
 
-function build (where: string, options: DigestRouteOptions, inherited: Settings | undefined, typeBase: string): Settings {
+function build (where: string, options: DigestRouteOptions, inherited: Settings | undefined, typeBase: string):
+Settings {
   const {
     algorithms,
     strictAlgorithms = inherited?.strictAlgorithms ?? false,

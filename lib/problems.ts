@@ -29,6 +29,8 @@ import {
   type ProblemSchema
 } from './schemas.js'
 
+type Unsupported = UnsupportedAlgorithm
+
 /** A refused request: the error a hook hands to Fastify, answered by the plugin's error handler. */
 export class DigestProblem extends Error {
   /** What was found, from the catalogue in errors.ts; only the status under disclosure `none`. */
@@ -57,6 +59,8 @@ export class DigestProblem extends Error {
   logMessage = ''
 }
 
+const preferenceFields = ['want-content-digest', 'want-repr-digest', 'want-unencoded-digest']
+
 // RFC 9457 section 4.2.1: the title of about:blank is the status phrase.
 const statusPhrases: Readonly<Record<number, string>> = { 400: 'Bad Request', 413: 'Content Too Large' }
 
@@ -71,7 +75,7 @@ function general (settings: Settings, finding: GeneralFinding): DigestProblem {
   const status = finding.status ?? 400
   const headers: Record<string, string> = {}
   if (finding.advertise === true) {
-    for (const field of ['want-content-digest', 'want-repr-digest', 'want-unencoded-digest']) headers[field] = settings.wantField
+    for (const field of preferenceFields) headers[field] = settings.wantField
   }
   const document = { type: 'about:blank', title: statusPhrases[status] as string, detail: finding.detail }
   return new DigestProblem('about:blank', finding.detail, document, generalProblemSchema, headers, status)
@@ -81,10 +85,12 @@ function general (settings: Settings, finding: GeneralFinding): DigestProblem {
  * The preference fields that answer unsupported keys: one for each field that named one, with the
  * listed keys at 0.
  */
-function unsupportedHeaders (settings: Settings, findings: readonly UnsupportedAlgorithm[], listed: readonly UnsupportedAlgorithm[]): Record<string, string> {
+function unsupportedHeaders (settings: Settings, findings: readonly Unsupported[], listed: readonly Unsupported[]):
+Record<string, string> {
   const refused = new Map<string, string[]>()
-  for (const { header } of findings) refused.set(preferenceFieldOf(header).toLowerCase(), [])
-  for (const { algorithm, header } of listed) (refused.get(preferenceFieldOf(header).toLowerCase()) as string[]).push(algorithm)
+  const fieldOf = (header: FieldName): string => preferenceFieldOf(header).toLowerCase()
+  for (const { header } of findings) refused.set(fieldOf(header), [])
+  for (const { algorithm, header } of listed) (refused.get(fieldOf(header)) as string[]).push(algorithm)
   return Object.fromEntries([...refused].map(([field, keys]) => [field, advertised(settings, keys)]))
 }
 
@@ -108,12 +114,16 @@ function draft00 (settings: Settings, first: DigestFinding): DigestProblem {
       return new DigestProblem(base + 'digest-unsupported-algorithm', `Unsupported Hashing Algorithm: ${message}`, {
         type: base + 'digest-unsupported-algorithm',
         title: 'Unsupported Hashing Algorithm',
-        ...(listable ? { 'unsupported-algorithm': first.algorithm } : { detail: `the key is over ${maxKeyLength} characters long` })
+        ...(listable
+          ? { 'unsupported-algorithm': first.algorithm }
+          : { detail: `the key is over ${maxKeyLength} characters long` })
       }, unsupportedAlgorithmSchema, unsupportedHeaders(settings, [first], listable ? [first] : []))
     }
     case 'invalid':
-      return new DigestProblem(base + 'digest-invalid-value', `Invalid Digest Value: ${message}`,
-        { type: base + 'digest-invalid-value', title: `digest value for ${first.algorithm} ${first.reason}` }, invalidValueSchema)
+      return new DigestProblem(base + 'digest-invalid-value', `Invalid Digest Value: ${message}`, {
+        type: base + 'digest-invalid-value',
+        title: `digest value for ${first.algorithm} ${first.reason}`
+      }, invalidValueSchema)
     case 'mismatched': {
       const document: DraftProblemDocument = {
         type: base + 'digest-mismatching-value',
@@ -124,14 +134,16 @@ function draft00 (settings: Settings, first: DigestFinding): DigestProblem {
       // The calculated digest lets a client see what the server received, but it is also an
       // oracle: later revisions of the draft dropped it, so operators may leave it out.
       if (settings.disclosure === 'full') document['calculated-digest'] = serializeByteSequence(first.calculated)
-      return new DigestProblem(base + 'digest-mismatching-value', `Mismatching Digest Value: ${message}`, document, mismatchingValueSchema)
+      const type = base + 'digest-mismatching-value'
+      return new DigestProblem(type, `Mismatching Digest Value: ${message}`, document, mismatchingValueSchema)
     }
   }
 }
 
 // registered-problem-types.md: every finding of the kind, each with its field; never a calculated
 // digest. Past `maxListed`, a detail says how many more there were.
-function registered (settings: Settings, findings: readonly DigestFinding[], listed: readonly DigestFinding[]): DigestProblem {
+function registered (settings: Settings, findings: readonly DigestFinding[], listed: readonly DigestFinding[]):
+DigestProblem {
   const base = settings.typeBase
   const notListed = findings.length - listed.length
   const message = describe(listed, notListed)
@@ -150,14 +162,20 @@ function registered (settings: Settings, findings: readonly DigestFinding[], lis
         type: base + 'digest-invalid-values',
         title: 'Invalid Digest Values',
         ...notListedDetail(notListed),
-        invalid_digests: (listed as readonly InvalidValue[]).map(({ algorithm, header, reason }) => ({ algorithm, header, reason: `digest value ${reason}` }))
+        invalid_digests: (listed as readonly InvalidValue[])
+          .map(({ algorithm, header, reason }) => ({ algorithm, header, reason: `digest value ${reason}` }))
       }, invalidValuesSchema)
     case 'mismatched':
       return new DigestProblem(base + 'digest-mismatched-values', `Mismatched Digest Values: ${message}`, {
         type: base + 'digest-mismatched-values',
         title: 'Mismatched Digest Values',
         ...notListedDetail(notListed),
-        mismatched_digests: (listed as readonly MismatchedValue[]).map(({ algorithm, header, provided }) => ({ algorithm, provided_digest: serializeByteSequence(provided), header }))
+        mismatched_digests: (listed as readonly MismatchedValue[])
+          .map(({ algorithm, header, provided }) => ({
+            algorithm,
+            provided_digest: serializeByteSequence(provided),
+            header
+          }))
       }, mismatchedValuesSchema)
   }
 }
@@ -171,22 +189,24 @@ function registered (settings: Settings, findings: readonly DigestFinding[], lis
  */
 export function problemFor (settings: Settings, findings: readonly Finding[]): DigestProblem {
   const first = findings[0] as Finding
-  const listed = first.kind === 'general' ? [] : (findings as readonly DigestFinding[]).filter(isListable).slice(0, maxListed)
+  const digestFindings = first.kind === 'general' ? [] : findings as readonly DigestFinding[]
+  const listed = digestFindings.filter(isListable).slice(0, maxListed)
   const problem = first.kind === 'general'
     ? general(settings, first)
-    : settings.problemTypes === 'registered' ? registered(settings, findings as readonly DigestFinding[], listed) : draft00(settings, first)
+    : settings.problemTypes === 'registered' ? registered(settings, digestFindings, listed) : draft00(settings, first)
   // Under `none` even the error's message is the status phrase: routes the plugin never saw
   // declared leave the error to the application's handler, which may send it.
-  const phrase = statusPhrases[problem.statusCode] as string
+  const status = problem.statusCode
+  const phrase = statusPhrases[status] as string
   const answer = settings.disclosure === 'none'
-    ? new DigestProblem(problem.type, phrase, { type: 'about:blank', title: phrase }, generalProblemSchema, {}, problem.statusCode)
+    ? new DigestProblem(problem.type, phrase, { type: 'about:blank', title: phrase }, generalProblemSchema, {}, status)
     : problem
   answer.code = first.kind === 'general' || settings.disclosure === 'none'
-    ? problemCodes[problem.statusCode as 400 | 413]
+    ? problemCodes[status as 400 | 413]
     : problemCodes[first.kind]
   answer.logMessage = problem.message
   answer.logLevel = settings.problemLogLevel
   answer.found = listed.map((finding) => ({ field: finding.header, algorithm: finding.algorithm }))
-  answer.notListed = first.kind === 'general' ? 0 : findings.length - listed.length
+  answer.notListed = digestFindings.length - listed.length
   return answer
 }

@@ -68,7 +68,8 @@ export function verifyRequest (
   }
   // Unencoded-Digest covers the content with every content coding removed: decoded on the side when
   // a coding applies, and the bytes received otherwise.
-  const unencodedAsked = announced.includes('unencoded-digest') || expectations.some(({ field }) => field === 'unencoded-digest')
+  const unencodedAsked = announced.includes('unencoded-digest') ||
+    expectations.some(({ field }) => field === 'unencoded-digest')
   const codings = contentCodings(headers['content-encoding'])
   const coded = !Array.isArray(codings) || codings.length > 0
   if (unencodedAsked && !Array.isArray(codings)) return refuse([codings])
@@ -77,9 +78,13 @@ export function verifyRequest (
   // is hashed with every algorithm the route supports.
   const supported = announced.length > 0 ? [...settings.algorithms.values()] : []
   const onReceived = (expectation: Expectation): boolean => !decoded || expectation.field !== 'unencoded-digest'
-  const algorithms = distinct([...expectations.filter(onReceived).map(({ algorithm }) => algorithm), ...supported])
+  const algorithmsOf = (checked: Expectation[]): Algorithm[] =>
+    distinct([...checked.map(({ algorithm }) => algorithm), ...supported])
+  const algorithms = algorithmsOf(expectations.filter(onReceived))
   const unencoded = decoded
-    ? new UnencodedHasher(codings as string[], distinct([...expectations.filter((e) => !onReceived(e)).map(({ algorithm }) => algorithm), ...supported]), request.routeOptions.bodyLimit)
+    ? new UnencodedHasher(
+      codings as string[], algorithmsOf(expectations.filter((e) => !onReceived(e))), request.routeOptions.bodyLimit
+    )
     : null
   const delimiter = closeDelimiter(headers['content-type'])
   if (delimiter !== null && !Buffer.isBuffer(delimiter)) return refuse([delimiter])
@@ -108,7 +113,10 @@ export function verifyRequest (
   done()
 }
 
-type WatchedSource = Readable & { [kTrailerWatch]?: TrailerWatch | undefined, trailers?: Record<string, string | undefined> }
+type WatchedSource = Readable & {
+  [kTrailerWatch]?: TrailerWatch | undefined
+  trailers?: Record<string, string | undefined>
+}
 
 // Only the end is looked at: chunks pass straight on.
 function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boolean {
@@ -165,8 +173,11 @@ export class TrailerWatch implements PendingContent {
 }
 
 /** Watches the request's end for trailer fields, when its framing lets it have a trailer section. */
-export function watchTrailers (request: FastifyRequest, reply: FastifyReply, settingsOf: TrailerWatch['settingsOf']): TrailerWatch | null {
-  const canHaveTrailers = request.raw.httpVersionMajor === 2 ? declaredLength(request) !== 0 : request.headers['transfer-encoding'] !== undefined
+export function watchTrailers (request: FastifyRequest, reply: FastifyReply, settingsOf: TrailerWatch['settingsOf']):
+TrailerWatch | null {
+  const canHaveTrailers = request.raw.httpVersionMajor === 2
+    ? declaredLength(request) !== 0
+    : request.headers['transfer-encoding'] !== undefined
   if (!canHaveTrailers) return null
   const watch = new TrailerWatch(request, reply, settingsOf)
   const source = request.raw as WatchedSource

@@ -30,7 +30,8 @@ function preferencesOf (want: string | string[] | undefined): Dictionary | null 
  * among those `offered`, the one the client weighs highest, ties going to the route's own
  * preference; none when every offered key is at 0 or absent.
  */
-function chosen (settings: Settings, weights: Dictionary, offered: (algorithm: Algorithm) => boolean): Algorithm | null {
+function chosen (settings: Settings, weights: Dictionary, offered: (algorithm: Algorithm) => boolean):
+Algorithm | null {
   let best: Algorithm | null = null
   let bestWeight = 0
   for (const [key, algorithm] of settings.algorithms) {
@@ -52,6 +53,10 @@ function addVary (reply: FastifyReply, fields: string): void {
   reply.header('vary', vary === undefined ? fields : `${String(vary)}, ${fields}`)
 }
 
+type SentField = 'content-digest' | 'repr-digest'
+
+interface Coverage { content: boolean, repr: 'payload' | 'supplied' | 'none' }
+
 /**
  * What a response carries (RFC 9530 sections 2 and 3): Content-Digest covers the content sent,
  * Repr-Digest the whole selected representation. For a full 2xx response they are the same bytes;
@@ -60,7 +65,7 @@ function addVary (reply: FastifyReply, fields: string): void {
  * only as the application supplied it; a 204 has no representation data, whose digest is that of
  * empty content.
  */
-function coverage (request: FastifyRequest, status: number): { content: boolean, repr: 'payload' | 'supplied' | 'none' } {
+function coverage (request: FastifyRequest, status: number): Coverage {
   if (status === 304) return { content: false, repr: 'supplied' }
   // Fastify drops a 204's payload, whatever it was: the digests are those of empty content.
   if (status === 204) return { content: true, repr: 'payload' }
@@ -99,7 +104,9 @@ export function responseDigests (settings: Settings): onSendHookHandler {
     }
     // A response that depends on the preference fields says so to caches (RFC 9110 section 12.5.5).
     if (wantContentField !== undefined || wantReprField !== undefined) {
-      addVary(reply, [...(wantContentField === undefined ? [] : ['Want-Content-Digest']), ...(wantReprField === undefined ? [] : ['Want-Repr-Digest'])].join(', '))
+      const varies = [wantContentField === undefined ? [] : 'Want-Content-Digest']
+      if (wantReprField !== undefined) varies.push('Want-Repr-Digest')
+      addVary(reply, varies.flat().join(', '))
     }
     const wantContent = preferencesOf(wantContentField)
     const wantRepr = preferencesOf(wantReprField)
@@ -115,12 +122,15 @@ export function responseDigests (settings: Settings): onSendHookHandler {
       if (wantRepr !== null) {
         reprAlgorithm = chosen(settings, wantRepr, isSupplied) ?? chosen(settings, wantRepr, reprOffered)
       } else if (unsolicitedRepr) {
-        reprAlgorithm = [...settings.algorithms.values()].find(isSupplied) ?? (reprOffered(preferred) ? preferred : null)
+        const known = [...settings.algorithms.values()].find(isSupplied)
+        reprAlgorithm = known ?? (reprOffered(preferred) ? preferred : null)
       }
     }
-    const reprValue = reprAlgorithm !== null && isSupplied(reprAlgorithm) ? supplied?.[reprAlgorithm.key] as Buffer : null
+    const reprValue = reprAlgorithm !== null && isSupplied(reprAlgorithm)
+      ? supplied?.[reprAlgorithm.key] as Buffer
+      : null
     if (reprValue !== null) reply.header('repr-digest', field(reprAlgorithm as Algorithm, reprValue))
-    const toHash: Array<['content-digest' | 'repr-digest', Algorithm]> = []
+    const toHash: Array<[SentField, Algorithm]> = []
     if (contentAlgorithm !== null) toHash.push(['content-digest', contentAlgorithm])
     if (reprAlgorithm !== null && reprValue === null) toHash.push(['repr-digest', reprAlgorithm])
     if (toHash.length === 0) {
@@ -147,7 +157,8 @@ export function responseDigests (settings: Settings): onSendHookHandler {
 }
 
 /** Passes a streamed payload on while hashing it, and sends its digests in the trailer section. */
-function hashWhileSending (reply: FastifyReply, payload: Readable, fields: ReadonlyArray<['content-digest' | 'repr-digest', Algorithm]>): Readable {
+function hashWhileSending (reply: FastifyReply, payload: Readable, fields: ReadonlyArray<[SentField, Algorithm]>):
+Readable {
   const algorithms = [...new Set(fields.map(([, algorithm]) => algorithm))]
   const hashes: Hash[] = algorithms.map((algorithm) => algorithm.createHash())
   let digests: Buffer[] | null = null

@@ -6,7 +6,10 @@
 const problemMembers = {
   type: { type: 'string', format: 'uri', description: 'Problem type URI' },
   title: { type: 'string', description: 'Short human-readable summary' },
-  detail: { type: 'string', description: 'What was wrong, or what the document does not list, when disclosure allows saying it' }
+  detail: {
+    type: 'string',
+    description: 'What was wrong, or what the document does not list, when disclosure allows saying it'
+  }
 } as const
 
 export const unsupportedAlgorithmSchema = {
@@ -37,7 +40,10 @@ export const mismatchingValueSchema = {
     ...problemMembers,
     algorithm: { type: 'string', description: 'Algorithm key of the hashing algorithm used' },
     'provided-digest': { type: 'string', description: 'Digest from the request, as a structured-field byte sequence' },
-    'calculated-digest': { type: 'string', description: 'Digest the server calculated, as a structured-field byte sequence' }
+    'calculated-digest': {
+      type: 'string',
+      description: 'Digest the server calculated, as a structured-field byte sequence'
+    }
   }
 } as const
 
@@ -51,7 +57,9 @@ export const generalProblemSchema = {
 
 // The registered shape (draft-ietf-httpapi-digest-fields-problem-types-06, IANA HTTP Problem
 // Types): plural types whose member lists every finding of its kind, each naming its field.
-function listOf (member: string, description: string, entry: Record<string, { type: 'string', description: string }>, required: readonly string[]) {
+type Members = Record<string, { type: 'string', description: string }>
+
+function listOf (member: string, description: string, entry: Members, required: readonly string[]) {
   return {
     type: 'object',
     required: ['type', 'title'],
@@ -80,7 +88,11 @@ export const invalidValuesSchema = {
   title: 'digest-invalid-values',
   description: 'Integrity fields hold values their algorithms cannot produce.',
   ...listOf('invalid_digests', 'Every invalid value, with its field and why it is invalid',
-    { algorithm: algorithmMember, header: headerMember, reason: { type: 'string', description: 'Why the value is invalid, for people' } },
+    {
+      algorithm: algorithmMember,
+      header: headerMember,
+      reason: { type: 'string', description: 'Why the value is invalid, for people' }
+    },
     ['algorithm', 'header', 'reason'])
 } as const
 
@@ -88,7 +100,11 @@ export const mismatchedValuesSchema = {
   title: 'digest-mismatched-values',
   description: 'Digests in integrity fields differ from those the server calculated.',
   ...listOf('mismatched_digests', 'Every value that differs, with its field',
-    { algorithm: algorithmMember, header: headerMember, provided_digest: { type: 'string', description: 'Digest from the request, as a structured-field byte sequence' } },
+    {
+      algorithm: algorithmMember,
+      header: headerMember,
+      provided_digest: { type: 'string', description: 'Digest from the request, as a structured-field byte sequence' }
+    },
     ['algorithm', 'header', 'provided_digest'])
 } as const
 

@@ -1,4 +1,4 @@
-/** The public type contract: the rest of lib/ implements it, types/index.test-d.ts pins it; nothing loads at run time. */
+/** The public type contract: lib/ implements it, types/index.test-d.ts pins it; nothing loads at run time. */
 import type { LogLevel } from 'fastify'
 
 /** Algorithm keys of the IANA "Hash Algorithms for HTTP Digest Fields" registry this plugin can compute. */
@@ -58,7 +58,10 @@ export interface DigestRouteOptions {
 }
 
 export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
-  /** Base address of the problem types registry; type URIs are `<base>#<name>`. Default `https://iana.org/assignments/http-problem-types`. */
+  /**
+   * Base address of the problem types registry; type URIs are `<base>#<name>`.
+   * Default `https://iana.org/assignments/http-problem-types`.
+   */
   problemTypesBase?: string
 }
 

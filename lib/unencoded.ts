@@ -4,6 +4,7 @@ import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'
 import type { Algorithm } from './algorithms.js'
 import { refusals, type GeneralFinding } from './findings.js'
+import { codingsOf } from './framing.js'
 
 // The content codings this plugin can remove (RFC 9110 section 8.4.1; zstd, RFC 8878, where the
 // running Node has it). x-gzip is gzip (RFC 9110 section 8.4.1.3).
@@ -19,13 +20,15 @@ const decoders: ReadonlyMap<string, () => Transform> = new Map([
 // More codings than anyone applies would only make the server set up decoders for nothing.
 const maxCodings = 4
 
+type CodingStage = Transform & { bytesWritten: number }
+
 /**
  * The content codings of a request, in the order they were applied, without identity; or the
  * finding that they cannot be removed, which makes Unencoded-Digest unverifiable.
  */
 export function contentCodings (contentEncoding: string | undefined): string[] | GeneralFinding {
   if (contentEncoding === undefined) return []
-  const codings = contentEncoding.toLowerCase().split(',').map((coding) => coding.trim()).filter((coding) => coding !== '' && coding !== 'identity')
+  const codings = codingsOf(contentEncoding).filter((coding) => coding !== '' && coding !== 'identity')
   if (codings.length > maxCodings) {
     return refusals.tooManyCodings(maxCodings)
   }
@@ -114,7 +117,7 @@ export class UnencodedHasher {
   #result (): Map<Algorithm, Buffer> | GeneralFinding {
     if (this.#finding !== null) return this.#finding
     // A stage that consumed less than it was given met the end of its coding's stream early.
-    const early = this.#chain.findIndex((stage, i) => (stage as Transform & { bytesWritten: number }).bytesWritten !== this.#given[i])
+    const early = this.#chain.findIndex((stage, i) => (stage as CodingStage).bytesWritten !== this.#given[i])
     if (early !== -1) {
       return refusals.bytesAfterCoding(this.#codings[early] as string)
     }

@@ -2,7 +2,8 @@
 
 /** A route declared before the plugin finished registering: its `config.digest` was never read. */
 export function declaredBeforeRegistration (method: string, url: string | undefined): string {
-  return `fastify-digest-fields: ${method} ${url} was declared before the plugin was registered, so its config.digest is not read: ` +
+  return `fastify-digest-fields: ${method} ${url} was declared before the plugin was registered, ` +
+    'so its config.digest is not read: ' +
     'it is checked with the plugin defaults and its problems are answered by the application\'s error handler. ' +
     'Declare routes after `await fastify.register(fastifyDigestFields)`.'
 }

@@ -1,4 +1,4 @@
-// The README's OpenAPI example, run through @fastify/swagger: the problems are documented under
+// The README's OpenAPI recipe, in depth, through @fastify/swagger: the problems are documented under
 // application/problem+json, the media type the plugin sends, and the route still answers them.
 import t from 'tap'
 import Fastify from 'fastify'
