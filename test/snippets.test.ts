@@ -85,9 +85,15 @@ t.test('every TypeScript snippet compiles under nodenext with TypeScript 6', asy
 t.test('every shell snippet runs against the example server as `npm start` serves it', async (t) => {
   const server = spawn(process.execPath, [join(root, 'examples', 'upload-server.js')], { cwd: root, env: { ...process.env, PORT: '3000' }, stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { server.kill() })
+  let listening = false
   for await (const line of createInterface({ input: server.stdout })) {
-    if (line.includes('Server listening at http://127.0.0.1:3000')) break
+    listening = line.includes('Server listening at http://127.0.0.1:3000')
+    if (listening) break
   }
+  // Its request log keeps coming: drained, so that the server never waits on a full pipe.
+  server.stdout.resume()
+  t.ok(listening, 'the example server listens on 127.0.0.1:3000 (a port nothing else may hold)')
+  if (!listening) return
   const folder = await mkdtemp(join(tmpdir(), 'digest-snippets-'))
   t.teardown(() => rm(folder, { recursive: true, force: true }))
   const shell = snippets.filter(({ lang, code }) => lang === 'sh' && !npmOnly(code))
