@@ -1,0 +1,94 @@
+/** A request as the interceptor sends it: its header fields by lower-case name, and its content's bytes when known. */
+
+/** Header fields by lower-case name, as the interceptor edits them. */
+export type FieldMap = Record<string, string | string[]>
+
+/**
+ * undici's header forms (an object, a flat array of names and values, or an iterable of pairs; fetch
+ * passes an object) as one object with lower-case names.
+ */
+export function fieldsOf (headers: unknown): FieldMap {
+  const fields: FieldMap = {}
+  const add = (name: unknown, value: unknown): void => {
+    if (value === undefined || value === null) return
+    const key = String(name).toLowerCase()
+    const values = Array.isArray(value) ? value.map(String) : [String(value)]
+    const prior = fields[key]
+    fields[key] = prior === undefined ? (values.length === 1 ? values[0] as string : values) : [prior, values].flat()
+  }
+  if (headers === null || headers === undefined) return fields
+  if (Array.isArray(headers) && !Array.isArray(headers[0])) {
+    for (let i = 0; i < headers.length; i += 2) add(headers[i], headers[i + 1])
+  } else if (typeof (headers as Iterable<unknown>)[Symbol.iterator] === 'function') {
+    for (const [name, value] of headers as Iterable<[unknown, unknown]>) add(name, value)
+  } else {
+    for (const [name, value] of Object.entries(headers as object)) add(name, value)
+  }
+  return fields
+}
+
+/** A request's content: its bytes when they are known or were read once, and what to send. */
+export interface Content {
+  /** The bytes, when the content can be hashed before it is sent and sent again on a retry. */
+  readonly bytes: Buffer | null
+  /** What undici sends: the bytes, the original body, or a body that continues what was read. */
+  readonly body: unknown
+  /** The Content-Type a FormData body is sent with (its boundary), when the caller set none. */
+  readonly contentType?: string | undefined
+}
+
+/** Content whose bytes are known without reading anything, or null when it has to be read. */
+export function knownContent (body: unknown): Content | null {
+  if (body === null || body === undefined) return { bytes: null, body }
+  if (typeof body === 'string') {
+    const bytes = Buffer.from(body)
+    return { bytes, body: bytes }
+  }
+  if (ArrayBuffer.isView(body)) {
+    const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+    return { bytes, body: bytes }
+  }
+  return null
+}
+
+const isAsyncIterable = (body: unknown): body is AsyncIterable<unknown> =>
+  typeof (body as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function'
+
+const chunkOf = (chunk: unknown): Buffer => typeof chunk === 'string'
+  ? Buffer.from(chunk)
+  : Buffer.from((chunk as Uint8Array).buffer, (chunk as Uint8Array).byteOffset, (chunk as Uint8Array).byteLength)
+
+/**
+ * Reads content undici would stream (a Blob, FormData, or a stream or iterable, such as every body
+ * fetch() sends) into memory, up to `limit` bytes, so that it can be hashed and sent again. Past
+ * the limit it is sent as it comes, what was read first, without a digest: undici sends no request
+ * trailer section, where a streamed body's digest would go.
+ */
+export async function readContent (body: unknown, limit: number): Promise<Content> {
+  if (body instanceof FormData || body instanceof Blob) {
+    const response = new Response(body)
+    const contentType = response.headers.get('content-type') ?? undefined
+    const bytes = Buffer.from(await response.arrayBuffer())
+    return bytes.length <= limit ? { bytes, body: bytes, contentType } : { bytes: null, body: bytes, contentType }
+  }
+  const iterator = isAsyncIterable(body)
+    ? body[Symbol.asyncIterator]()
+    : (body as Iterable<unknown>)[Symbol.iterator]() as Iterator<unknown> | AsyncIterator<unknown>
+  const read: Buffer[] = []
+  let size = 0
+  while (size <= limit) {
+    const next = await iterator.next()
+    if (next.done === true) {
+      const bytes = Buffer.concat(read, size)
+      return { bytes, body: bytes }
+    }
+    const chunk = chunkOf(next.value)
+    read.push(chunk)
+    size += chunk.length
+  }
+  async function * continued (): AsyncGenerator<Buffer> {
+    yield * read
+    for (let next = await iterator.next(); next.done !== true; next = await iterator.next()) yield chunkOf(next.value)
+  }
+  return { bytes: null, body: continued() }
+}

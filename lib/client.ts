@@ -1,0 +1,112 @@
+/**
+ * fastify-digest-fields/client: the other end, an undici interceptor. Where a request goes:
+ *   dispatch         options normalized once (digestInterceptor); the content's bytes known or read
+ *                    once (client-request.ts); Content-Digest and Want-* fields added
+ *   response start   a digest problem held for a retry, any other response checked (client-handler.ts)
+ *   as it arrives    each chunk hashed before the consumer has it (client-response.ts)
+ *   response end     digests compared, with the trailer section's; a mismatch errors in place of the end
+ */
+import type { Dispatcher } from 'undici'
+import { lookupAlgorithm, type Algorithm } from './algorithms.js'
+import { DigestHandler, Relay, type ClientSettings, type DigestRetry } from './client-handler.js'
+import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client-request.js'
+import { invalidOption } from './errors.js'
+import { serializePreferences } from './options.js'
+
+export { DigestMismatchError, DigestProblemError, DigestUnverifiableError } from './client-errors.js'
+export type { DigestProblemKind, ResponseDigestField } from './client-errors.js'
+export type { DigestRetry } from './client-handler.js'
+
+/** The options of `digestInterceptor`. */
+export interface DigestInterceptorOptions {
+  /** Algorithms, most preferred first: the first digests requests, all are checked on responses. Default `['sha-256', 'sha-512']`. */
+  algorithms?: ReadonlyArray<'sha-256' | 'sha-512'>
+  /** The field added to requests whose content is known. Default `'content-digest'`; `false` adds none. */
+  requestDigest?: 'content-digest' | 'repr-digest' | false
+  /** The Want-* fields every request carries, asking for digests on responses. Default none. */
+  want?: ReadonlyArray<'content-digest' | 'repr-digest' | 'unencoded-digest'>
+  /** A response with no digest this client can check: `'ignore'` it (default, RFC 9530 allows it), or `'require'` one. */
+  unverifiable?: 'ignore' | 'require'
+  /** Retries after a digest problem, per request. Default 1; 0 never retries. */
+  maxRetries?: number
+  /** Told of each retry before it is sent. */
+  onRetry?: (retry: DigestRetry) => void
+  /** The most bytes of a streamed body (fetch sends every body as one) read into memory to digest it. Default 1 MiB. */
+  maxBufferedBody?: number
+}
+
+type Body = NonNullable<Dispatcher.DispatchOptions['body']> | null
+
+function check (condition: boolean, option: string, expected: string): void {
+  if (!condition) throw invalidOption(`digestInterceptor: ${option}`, `expected ${expected}`)
+}
+
+function clientSettings (options: DigestInterceptorOptions): ClientSettings {
+  const {
+    algorithms = ['sha-256', 'sha-512'],
+    requestDigest = 'content-digest',
+    want = [],
+    unverifiable = 'ignore',
+    maxRetries = 1,
+    onRetry = null,
+    maxBufferedBody = 1024 * 1024
+  } = options
+  check(Array.isArray(algorithms) && algorithms.length > 0 && algorithms.every((key) => key === 'sha-256' || key === 'sha-512'),
+    'algorithms', "a non-empty array of 'sha-256' and 'sha-512'")
+  check(requestDigest === 'content-digest' || requestDigest === 'repr-digest' || requestDigest === false,
+    'requestDigest', "'content-digest', 'repr-digest' or false")
+  check(Array.isArray(want) && want.every((field) => ['content-digest', 'repr-digest', 'unencoded-digest'].includes(field)),
+    'want', "an array of 'content-digest', 'repr-digest' and 'unencoded-digest'")
+  check(unverifiable === 'ignore' || unverifiable === 'require', 'unverifiable', "'ignore' or 'require'")
+  check(Number.isInteger(maxRetries) && maxRetries >= 0 && maxRetries <= 10, 'maxRetries', 'an integer from 0 to 10')
+  check(onRetry === null || typeof onRetry === 'function', 'onRetry', 'a function')
+  check(Number.isSafeInteger(maxBufferedBody) && maxBufferedBody >= 0, 'maxBufferedBody', 'a number of bytes')
+  const preferred = [...new Set(algorithms)].map((key) => lookupAlgorithm(key) as Algorithm)
+  const wanted = serializePreferences(new Map(preferred.map(({ key }, i) => [key, 10 - i])))
+  return {
+    algorithms: new Map(preferred.map((algorithm) => [algorithm.key, algorithm])),
+    requireVerifiable: unverifiable === 'require',
+    field: requestDigest === false ? null : requestDigest,
+    preferred,
+    want: Object.fromEntries(want.map((field) => [`want-${field}`, wanted])),
+    maxRetries,
+    onRetry,
+    maxBufferedBody
+  }
+}
+
+/**
+ * An undici interceptor, for `dispatcher.compose()`, that adds digests to requests whose content
+ * it can know, checks the digests of responses as they stream, and retries once after a digest
+ * problem a retry can fix. Compose it first, nearest the connection, so that it sees the bytes as
+ * they cross the wire.
+ */
+export function digestInterceptor (options: DigestInterceptorOptions = {}): Dispatcher.DispatcherComposeInterceptor {
+  const settings = clientSettings(options)
+  return (dispatch) => function dispatchWithDigests (opts, handler) {
+    // An upgrade or a tunnel has no content of its own to check.
+    if ((opts.upgrade ?? false) !== false || opts.method === 'CONNECT') return dispatch(opts, handler)
+    const fields = fieldsOf(opts.headers)
+    const start = (content: Content): boolean => {
+      const base: FieldMap = { ...settings.want, ...fields }
+      if (content.contentType !== undefined && base['content-type'] === undefined) base['content-type'] = content.contentType
+      // A digest the application set is its own: sent as it is, and never replaced on a retry.
+      const ours = settings.field !== null && content.bytes !== null && base[settings.field] === undefined
+      const send = (algorithm: Algorithm | null): boolean => {
+        const headers = ours && algorithm !== null
+          ? { ...base, [settings.field as string]: `${algorithm.key}=:${algorithm.digest(content.bytes as Buffer).toString('base64')}:` }
+          : base
+        return dispatch({ ...opts, headers, body: content.body as Body }, digestHandler)
+      }
+      const digestHandler = new DigestHandler(settings, handler, opts.method, base, content.bytes !== null || content.body == null,
+        ours ? settings.preferred[0] as Algorithm : null, send)
+      return send(ours ? settings.preferred[0] as Algorithm : null)
+    }
+    const known = knownContent(opts.body)
+    if (known !== null) return start(known)
+    readContent(opts.body, settings.maxBufferedBody).then(start, (error: Error) => {
+      handler.onResponseError?.(new Relay(), error)
+    })
+    return true
+  }
+}
