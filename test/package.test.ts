@@ -42,11 +42,13 @@ await run('npm', ['init', '-y'], { cwd: app })
 // TypeScript 7, the native compiler, is what `npm install typescript` gives users: the scratch
 // application has it, and the repository's TypeScript 6 (which tap's loader needs) compiles too.
 await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', join(app, filename),
-  `fastify@${await versionOf('fastify')}`, `@types/node@${await versionOf('@types/node')}`, 'typescript@7'], { cwd: app })
+  `fastify@${await versionOf('fastify')}`, `@types/node@${await versionOf('@types/node')}`, `undici@${await versionOf('undici')}`, 'typescript@7'],
+{ cwd: app })
 
 t.test('the tarball holds both entries, their types, and no source map', async (t) => {
   const paths = files.map(({ path }) => path)
-  for (const path of ['LICENSE', 'dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/index.d.mts', 'dist/types.d.ts', 'dist/package.json']) {
+  for (const path of ['LICENSE', 'dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/index.d.mts', 'dist/types.d.ts', 'dist/package.json',
+    'dist/client.js', 'dist/client.mjs', 'dist/client.d.ts', 'dist/client.d.mts']) {
     t.ok(paths.includes(path), path)
   }
   t.same(paths.filter((path) => path.endsWith('.map') || path.startsWith('lib/') || path.startsWith('test')), [])
@@ -93,3 +95,12 @@ for (const [name, entry] of applications) {
     t.match(await missing.body.json(), { type: 'about:blank', detail: /requires a Content-Digest/ })
   })
 }
+
+t.test('the client entry digests a request the plugin verifies, from ES modules, CommonJS and TypeScript', async (t) => {
+  const { child, origin } = await serve('esm.mjs', app)
+  t.teardown(() => { child.kill() })
+  for (const entry of ['client.mjs', 'client.cjs', 'out/nodenext/client.mjs', 'out/bundler/client.mjs']) {
+    const { stdout } = await run(process.execPath, [entry, origin], { cwd: app })
+    t.match(JSON.parse(stdout), { status: 200, body: { fields: ['content-digest'] }, error: 'DigestMismatchError' }, entry)
+  }
+})
