@@ -1,5 +1,5 @@
 // Issue 16: every snippet of the README and docs/ runs as written. JavaScript runs as a program
-// (its server started on a free port, then closed); TypeScript compiles under nodenext; shell runs
+// (its server started on a free port); TypeScript compiles under nodenext; shell runs
 // with the example server on 127.0.0.1:3000, as the README says to start it. npm commands are what
 // CI itself runs, and json/text/http blocks are shown output.
 import { spawn } from 'node:child_process'
