@@ -115,3 +115,54 @@ export function download (url, mib, headers) {
     }).on('error', reject).end()
   })
 }
+
+async function undiciDispatcher (intercepted) {
+  const { Agent } = await import('undici')
+  const { digestInterceptor } = await import('fastify-digest-fields/client')
+  const agent = new Agent({ connections: 50 })
+  return { agent, dispatcher: intercepted ? agent.compose(digestInterceptor()) : agent }
+}
+
+/**
+ * POSTs `body` to /json from 50 concurrent loops of undici's request() for `seconds`, after a
+ * second of warm-up; resolves with requests per second and this process's CPU per request in µs.
+ */
+export async function undiciRequests (url, intercepted, headers, body, seconds) {
+  const { request } = await import('undici')
+  const { agent, dispatcher } = await undiciDispatcher(intercepted)
+  const run = async (duration) => {
+    const until = process.hrtime.bigint() + BigInt(Math.round(duration * 1e9))
+    let count = 0
+    await Promise.all(Array.from({ length: 50 }, async () => {
+      while (process.hrtime.bigint() < until) {
+        const response = await request(`${url}/json`, { method: 'POST', dispatcher, headers, body })
+        await response.body.dump()
+        if (response.statusCode !== 200) throw new Error(`${url}/json answered ${response.statusCode}`)
+        count++
+      }
+    }))
+    return count
+  }
+  await run(1)
+  const cpu = process.cpuUsage()
+  const started = process.hrtime.bigint()
+  const count = await run(seconds)
+  const wall = Number(process.hrtime.bigint() - started) / 1e9
+  const used = process.cpuUsage(cpu)
+  await agent.close()
+  return { rps: count / wall, cpu: (used.user + used.system) / count }
+}
+
+/** Downloads GET /download?mib= with undici, asking for a sha-256 Repr-Digest; resolves with this process's CPU seconds. */
+export async function undiciDownload (url, intercepted, mib) {
+  const { request } = await import('undici')
+  const { agent, dispatcher } = await undiciDispatcher(intercepted)
+  const cpu = process.cpuUsage()
+  const response = await request(`${url}/download?mib=${mib}`, { dispatcher, headers: { 'want-repr-digest': 'sha-256=1' } })
+  let bytes = 0
+  for await (const chunk of response.body) bytes += chunk.length
+  const used = process.cpuUsage(cpu)
+  await agent.close()
+  if (bytes !== mib * 1024 * 1024 || response.trailers['repr-digest'] === undefined) throw new Error(`download of ${bytes} bytes`)
+  return { cpu: (used.user + used.system) / 1e6 }
+}

@@ -4,10 +4,10 @@
 // taskset can pin them; every comparison is a ratio taken within a round, reported as the median
 // of the rounds with their range.
 // BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB lengthen or shorten it, BENCH_SEED replays an
-// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads runs some parts and prints their
-// samples without writing the report.
+// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads,client runs some parts and prints
+// their samples without writing the report.
 import { randomBytes } from 'node:crypto'
-import { download, hashAlone, pinned, requestsPerSecond, startServer, upload } from './clients.js'
+import { download, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
 import { writeReport } from './report.js'
 import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
@@ -15,7 +15,7 @@ const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
 const seconds = Number(process.env.BENCH_SECONDS ?? 5)
 const uploadMiB = Number(process.env.BENCH_UPLOAD_MIB ?? 1024)
 const seed = benchSeed
-const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads').split(',')
+const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads,client').split(',')
 const KiB = 1024
 const MiB = 1024 * KiB
 const log = (line) => process.stderr.write(line + '\n')
@@ -140,6 +140,28 @@ async function downloads () {
   return { bytes: uploadMiB * MiB, samples }
 }
 
+// The interceptor's cost in the client process (this one): both configurations send the server the
+// same requests, the plain one with the Content-Digest the interceptor would add written in, and
+// download with the same Want-Repr-Digest, which the interceptor checks in the trailer section.
+async function client () {
+  const body = smallJsonBody()
+  const headers = { 'content-type': 'application/json' }
+  const field = { 'content-digest': digestField('sha-256', [body]) }
+  const configs = { undici: [false, field], 'undici + digestInterceptor': [true, {}] }
+  const floors = { 'createHash sha-256': 'sha256' }
+  const samples = await measureRounds('client', [...Object.keys(configs), ...Object.keys(floors)], async (name) => {
+    if (name in floors) return { download: await hashAlone(floors[name], uploadMiB, 64 * KiB) }
+    const [intercepted, digest] = configs[name]
+    return withServer('plugin', async (server) => {
+      const requests = await undiciRequests(server.url, intercepted, { ...headers, ...digest }, body, seconds)
+      await undiciDownload(server.url, intercepted, 64)
+      const { cpu } = await undiciDownload(server.url, intercepted, uploadMiB)
+      return { ...requests, download: cpu }
+    })
+  })
+  return { bytes: Buffer.byteLength(body), downloadBytes: uploadMiB * MiB, samples }
+}
+
 const started = new Date()
 const results = {}
 if (parts.includes('small')) results.small = await smallRequests(1)
@@ -147,6 +169,7 @@ if (parts.includes('pipelined')) results.pipelined = await smallRequests(10)
 if (parts.includes('sweep')) results.sizes = await sweep()
 if (parts.includes('uploads')) results.large = await uploads()
 if (parts.includes('downloads')) results.downloads = await downloads()
+if (parts.includes('client')) results.client = await client()
 
 if (process.env.BENCH_ONLY) {
   for (const [part, result] of Object.entries(results)) log(`${part}: ${JSON.stringify(result)}`)

@@ -5,7 +5,7 @@ import type { Dispatcher } from 'undici'
 import type { Algorithm } from './algorithms.js'
 import { DigestProblemError } from './client-errors.js'
 import type { FieldMap } from './client-request.js'
-import { ResponseCheck, type CheckSettings } from './client-response.js'
+import { integrityFields, ResponseCheck, type Asked, type CheckSettings } from './client-response.js'
 
 /** A retry the interceptor is about to send, as its `onRetry` option is told. */
 export interface DigestRetry {
@@ -75,20 +75,30 @@ export class Relay implements Controller {
   }
 }
 
-/** The preferred algorithm a Want-* field offers, besides `sent`, or null (RFC 9530 section 4). */
-export function offered (settings: ClientSettings, field: string | undefined, sent: Algorithm): Algorithm | null {
-  if (field === undefined) return null
+/** The client's algorithms a Want-* field asks for, most preferred first (RFC 9530 section 4); none when it does not parse. */
+export function preferredIn (settings: CheckSettings, field: string | undefined): Algorithm[] {
   let weights
   try {
-    weights = parseDictionary(field)
+    weights = parseDictionary(field ?? '')
   } catch {
-    return null
+    return []
   }
   const usable = [...weights].flatMap(([key, [weight]]) => {
     const algorithm = settings.algorithms.get(key)
-    return algorithm === undefined || algorithm === sent || typeof weight !== 'number' || weight <= 0 ? [] : [{ algorithm, weight }]
+    return algorithm === undefined || typeof weight !== 'number' || weight <= 0 ? [] : [{ algorithm, weight }]
   })
-  return usable.sort((a, b) => b.weight - a.weight)[0]?.algorithm ?? null
+  return usable.sort((a, b) => b.weight - a.weight).map(({ algorithm }) => algorithm)
+}
+
+// What the request's Want-* fields ask for: a field announced for the trailer section is hashed
+// with those algorithms only, not every one the client has.
+function askedIn (settings: CheckSettings, fields: FieldMap): Asked {
+  const asked: Asked = {}
+  for (const field of integrityFields) {
+    const want = fields[`want-${field}`]
+    if (want !== undefined) asked[field] = preferredIn(settings, [want].flat().join(', '))
+  }
+  return asked
 }
 
 interface HeldProblem {
@@ -111,6 +121,7 @@ export class DigestHandler implements Handler {
   readonly #send: (algorithm: Algorithm | null) => void
   readonly #relay = new Relay()
   readonly #replayable: boolean
+  readonly #asked: Asked
   #algorithm: Algorithm | null
   #retries = 0
   #started = false
@@ -123,6 +134,7 @@ export class DigestHandler implements Handler {
     this.#handler = handler
     this.#method = method
     this.#replayable = replayable && fields.expect === undefined
+    this.#asked = askedIn(settings, fields)
     this.#algorithm = algorithm
     this.#send = send
   }
@@ -176,7 +188,7 @@ export class DigestHandler implements Handler {
   }
 
   #begin (statusCode: number, headers: IncomingHttpHeaders, statusMessage: string | undefined): void {
-    this.#check = ResponseCheck.of(this.#method, statusCode, headers, this.#settings)
+    this.#check = ResponseCheck.of(this.#method, statusCode, headers, this.#settings, this.#asked)
     this.#handler.onResponseStart?.(this.#relay, statusCode, headers, statusMessage)
   }
 
@@ -209,7 +221,8 @@ export class DigestHandler implements Handler {
     if (problem.kind === 'unsupported-algorithm') {
       const field = this.#settings.field
       if (algorithm === null || field === null) return false
-      algorithm = offered(this.#settings, problem.want[`want-${field}`], algorithm)
+      const sent = algorithm
+      algorithm = preferredIn(this.#settings, problem.want[`want-${field}`]).find((offered) => offered !== sent) ?? null
       if (algorithm === null) return false
     }
     this.#problem = null

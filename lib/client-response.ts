@@ -16,7 +16,10 @@ export interface CheckSettings {
   readonly requireVerifiable: boolean
 }
 
-const integrityFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest', 'unencoded-digest']
+export const integrityFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest', 'unencoded-digest']
+
+/** The algorithms a request's Want-* field asked for, by field; a field it did not name asks for every one. */
+export type Asked = Partial<Record<ResponseDigestField, readonly Algorithm[]>>
 
 function valueOf (section: Section, field: string): string | undefined {
   const value = section[field]
@@ -74,25 +77,25 @@ export class ResponseCheck {
    * The check of a response, or null when it has no content to check: a HEAD response, 204 or 304.
    * Repr-Digest and Unencoded-Digest describe the whole representation, which a 206 is part of.
    */
-  static of (method: string, statusCode: number, headers: Section, settings: CheckSettings): ResponseCheck | null {
+  static of (method: string, statusCode: number, headers: Section, settings: CheckSettings, asked: Asked): ResponseCheck | null {
     if (method === 'HEAD' || statusCode === 204 || statusCode === 304 || statusCode < 200) return null
     const partial = statusCode === 206 || headers['content-range'] !== undefined
-    return new ResponseCheck(headers, partial ? ['content-digest'] : integrityFields, settings)
+    return new ResponseCheck(headers, partial ? ['content-digest'] : integrityFields, settings, asked)
   }
 
-  constructor (headers: Section, fields: readonly ResponseDigestField[], settings: CheckSettings) {
+  constructor (headers: Section, fields: readonly ResponseDigestField[], settings: CheckSettings, asked: Asked) {
     this.#settings = settings
     this.#fields = fields
     this.#ignored = []
     this.#expected = expectedIn(headers, fields, settings, this.#ignored)
     // A field announced for the trailer section names its algorithms only at the end (RFC 9110
-    // section 6.6.2): the body is hashed with every algorithm the client computes.
+    // section 6.6.2): the body is hashed with what the request asked for, or every algorithm.
     // Fastify 5 separates the names with spaces, not commas (RFC 9110 section 6.6.2): both are read.
     const announced = new Set((valueOf(headers, 'trailer') ?? '').toLowerCase().split(/[\s,]+/))
     const all = [...settings.algorithms.values()]
     const wanted = (field: ResponseDigestField): Algorithm[] => distinct([
       ...this.#expected.filter((expected) => expected.field === field).map(({ algorithm }) => algorithm),
-      ...(announced.has(field) ? all : [])
+      ...(announced.has(field) ? asked[field] ?? all : [])
     ])
     const codings = contentCodings(valueOf(headers, 'content-encoding'))
     const coded = !Array.isArray(codings) || codings.length > 0

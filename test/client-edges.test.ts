@@ -299,3 +299,17 @@ t.test('CONNECT and upgrades pass through untouched', async (t) => {
   await t.rejects(dispatcher.upgrade({ path: '/', protocol: 'websocket' }))
   t.same(seen.map(({ headers }) => headers['content-digest']), [])
 })
+
+t.test('a field announced for the trailer section is hashed with what the request asked for', async (t) => {
+  const { origin } = await recording(t, (_one, response) => {
+    response.writeHead(200, { trailer: 'Content-Digest' })
+    response.write('body')
+    response.addTrailers({ 'content-digest': digest('sha-512', 'body') })
+    response.end()
+  })
+  const strict = client(t, { unverifiable: 'require' })
+  const sha256 = await request(origin, { dispatcher: strict, headers: { 'want-content-digest': 'sha-256=9, sha-512=0' } })
+  await t.rejects(sha256.body.text(), { message: /content-digest sha-512 was not computed/ }, 'sha-512 was not asked for')
+  const sha512 = await request(origin, { dispatcher: strict, headers: { 'want-content-digest': ['sha-256=1', 'sha-512=5'] } })
+  t.equal(await sha512.body.text(), 'body')
+})
