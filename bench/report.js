@@ -118,6 +118,23 @@ function downloadSection ({ bytes, samples }) {
   return table(['algorithm', 'extra server CPU s/GiB', 'createHash alone s/GiB', 'ratio'], rows)
 }
 
+export function clientSection ({ bytes, downloadBytes, samples }) {
+  const plain = 'undici'
+  const intercepted = 'undici + digestInterceptor'
+  const requests = table(['configuration', 'requests/s', 'client CPU µs per request', 'per-round ratio to undici'], [plain, intercepted].map((name) => [
+    name, fixed(median(rpsOf(samples, name)), 0), fixed(median(cpuOf(samples, name)), 0),
+    name === plain ? '–' : `${times(ratios(rpsOf(samples, name), rpsOf(samples, plain)))} requests/s, ${times(ratios(cpuOf(samples, name), cpuOf(samples, plain)))} CPU`
+  ]))
+  const gib = downloadBytes / GiB
+  const download = (name) => samples[name].map((sample) => sample.download)
+  const extra = differences(download(intercepted), download(plain))
+  const floor = download('createHash sha-256')
+  return `### ${sizeName(bytes)} JSON POSTs, 50 at a time\n\n${requests}\n\n### ${sizeName(downloadBytes)} download, sha-256 \`Repr-Digest\` in the trailer section\n\n` +
+    table(['extra client CPU s/GiB', 'createHash alone s/GiB (64 KiB chunks)', 'ratio'], [[
+      show(spread(extra.map((value) => value / gib))), show(spread(floor.map((value) => value / gib))), times(ratios(extra, floor))
+    ]])
+}
+
 function sweepSection (sizes) {
   const throughput = (samples, name, size) => fixed(median(rpsOf(samples, name)) * size / MiB, 0)
   const rows = sizes.map(({ size, samples }) => {
@@ -180,7 +197,7 @@ async function keptNotes () {
   return start !== -1 && end > start ? previous.slice(start, end + notesEnd.length) : `${notesStart}\n${notesEnd}`
 }
 
-export async function writeReport ({ started, settings, small, pipelined, large, downloads, sizes }) {
+export async function writeReport ({ started, settings, small, pipelined, large, downloads, sizes, client }) {
   const version = (name) => require(`${name}/package.json`).version
   const smallPart = smallSection(small)
   const pipelinedPart = smallSection(pipelined)
@@ -252,6 +269,15 @@ trailer section; extra server CPU over the same download without the field, agai
 \`createHash\` alone over the same bytes in the 1 MiB blocks the route sends.
 
 ${downloadSection(downloads)}
+
+## The client interceptor
+
+\`fastify-digest-fields/client\` in the load generator's process, against undici without it: the
+same requests reach the same plugin server (the plain client sends the \`Content-Digest\` the
+interceptor adds, written in), and both downloads ask for the same \`Repr-Digest\`, which only the
+interceptor checks. Client CPU is this process's, per request or per GiB, in the same round.
+
+${clientSection(client)}
 
 ## Body size sweep
 

@@ -8,7 +8,7 @@
 // their samples without writing the report.
 import { randomBytes } from 'node:crypto'
 import { download, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
-import { writeReport } from './report.js'
+import { clientSection, writeReport } from './report.js'
 import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
@@ -173,6 +173,8 @@ if (parts.includes('client')) results.client = await client()
 
 if (process.env.BENCH_ONLY) {
   for (const [part, result] of Object.entries(results)) log(`${part}: ${JSON.stringify(result)}`)
+  // The client section as the full report writes it.
+  if (results.client !== undefined) log(clientSection(results.client))
 } else {
   await writeReport({ started, settings: { rounds, seconds, uploadMiB, seed, pinned }, ...results })
 }
