@@ -155,7 +155,14 @@ export class ResponseCheck {
       return
     }
     this.#unencoded.end((result) => {
-      if (result instanceof Map) decide(result, null)
+      if (result instanceof Map) {
+        decide(result, null)
+        return
+      }
+      // Content that does not decode (bytes after its end, a truncated or corrupt stream) is not
+      // what its Unencoded-Digest describes: refused whatever `unverifiable` says, or changing
+      // one byte of a coded body would turn the check off.
+      if (expected.some(({ field }) => field === 'unencoded-digest')) callback(new DigestUnverifiableError(result.detail))
       else decide(null, result.detail)
     })
   }
