@@ -67,10 +67,10 @@ export class DigestProblemError extends Error {
    * The problem a response answers with, or null when it is not a digest problem: its status, its
    * headers and its body (text, bytes, or the parsed JSON).
    */
-  static from (statusCode: number, headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>, body: unknown):
+  static from (statusCode: number, headers: IncomingHttpHeaders, body: unknown):
   DigestProblemError | null {
     const mediaType = String(headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase()
-    if (mediaType !== 'application/problem+json') return null
+    if (statusCode < 400 || mediaType !== 'application/problem+json') return null
     let document: unknown = body
     if (typeof body === 'string' || Buffer.isBuffer(body)) {
       try {
@@ -79,8 +79,8 @@ export class DigestProblemError extends Error {
         return null
       }
     }
-    if (typeof document !== 'object' || document === null || typeof (document as { type?: unknown }).type !== 'string') return null
-    const type = (document as { type: string }).type
+    const type = (document as { type?: unknown } | null)?.type
+    if (typeof type !== 'string') return null
     const kind = kinds.get(type.slice(type.lastIndexOf('#') + 1))
     if (kind === undefined) return null
     const want: Record<string, string> = {}

@@ -5,7 +5,9 @@ import type { Dispatcher } from 'undici'
 import type { Algorithm } from './algorithms.js'
 import { DigestProblemError } from './client-errors.js'
 import type { FieldMap } from './client-request.js'
-import { integrityFields, ResponseCheck, type Asked, type CheckSettings } from './client-response.js'
+import { CheckedResponse } from './client-checked.js'
+import { Relay } from './client-relay.js'
+import { integrityFields, type Asked, type CheckSettings } from './client-response.js'
 
 /** A retry the interceptor is about to send, as its `onRetry` option is told. */
 export interface DigestRetry {
@@ -26,7 +28,7 @@ export interface ClientSettings extends CheckSettings {
   /** The Want-* fields every request carries, with their value. */
   readonly want: Readonly<Record<string, string>>
   readonly maxRetries: number
-  readonly onRetry: ((retry: DigestRetry) => void) | null
+  readonly onRetry: ((retry: DigestRetry) => void | Promise<void>) | null
   readonly maxBufferedBody: number
 }
 
@@ -36,46 +38,7 @@ type Handler = Dispatcher.DispatchHandler
 // A problem document longer than this is not read for a retry: it is handed on as it comes.
 const maxProblem = 64 * 1024
 
-/**
- * The controller the consumer holds across attempts: it acts on the current attempt's, and pauses
- * it while either the consumer or the side decoder asks to.
- */
-export class Relay implements Controller {
-  #upstream: Controller | null = null
-  readonly #holds = new Set<'consumer' | 'decoder'>()
-  #reason: Error | null = null
-
-  // What the consumer did: an attempt that fails on its own reaches it as an error.
-  get aborted (): boolean { return this.#reason !== null }
-  get paused (): boolean { return this.#holds.size > 0 }
-  get reason (): Error | null { return this.#reason }
-
-  attach (upstream: Controller): void {
-    this.#upstream = upstream
-    if (this.#reason !== null) upstream.abort(this.#reason)
-    else if (this.#holds.size > 0) upstream.pause()
-  }
-
-  abort (reason: Error): void {
-    this.#reason = reason
-    this.#upstream?.abort(reason)
-  }
-
-  pause (): void { this.hold('consumer') }
-  resume (): void { this.release('consumer') }
-
-  hold (by: 'consumer' | 'decoder'): void {
-    this.#holds.add(by)
-    this.#upstream?.pause()
-  }
-
-  release (by: 'consumer' | 'decoder'): void {
-    this.#holds.delete(by)
-    if (this.#holds.size === 0) this.#upstream?.resume()
-  }
-}
-
-/** The client's algorithms a Want-* field asks for, most preferred first (RFC 9530 section 4); none when it does not parse. */
+/** The client's algorithms a Want-* field asks for, most preferred first (RFC 9530 section 4), if it parses. */
 export function preferredIn (settings: CheckSettings, field: string | undefined): Algorithm[] {
   let weights
   try {
@@ -110,31 +73,43 @@ interface HeldProblem {
 }
 
 /**
- * One request through its attempts. Each response is checked as it streams (ResponseCheck) and its
- * end held until the verdict; a digest problem that a retry can fix (problem-types section 4) is
- * read instead of handed on, and the request sent again with `send`.
+ * Whether a problem calls for a retry, and with which algorithm: the one the server prefers after
+ * an unsupported one, the same after a mismatch (an intermediary may have changed the content),
+ * none after an invalid value, which the same request would get again (problem-types section 4).
+ */
+function retryFor (settings: ClientSettings, held: HeldProblem, sent: Algorithm | null):
+{ problem: DigestProblemError, algorithm: Algorithm | null } | null {
+  const problem = DigestProblemError.from(held.statusCode, held.headers, Buffer.concat(held.chunks, held.size))
+  if (problem === null || problem.kind === 'invalid-value') return null
+  if (problem.kind === 'mismatching-value') return { problem, algorithm: sent }
+  if (sent === null || settings.field === null) return null
+  const algorithm = preferredIn(settings, problem.want[`want-${settings.field}`]).find((offered) => offered !== sent)
+  return algorithm === undefined ? null : { problem, algorithm }
+}
+
+/**
+ * One request through its attempts. A digest problem that a retry can fix is read instead of
+ * handed on, and the request sent again with `send`; every other response goes to the consumer
+ * through a CheckedResponse.
  */
 export class DigestHandler implements Handler {
   readonly #settings: ClientSettings
   readonly #handler: Handler
-  readonly #method: string
   readonly #send: (algorithm: Algorithm | null) => void
   readonly #relay = new Relay()
   readonly #replayable: boolean
-  readonly #asked: Asked
+  readonly #response: CheckedResponse
   #algorithm: Algorithm | null
   #retries = 0
   #started = false
-  #check: ResponseCheck | null = null
   #problem: HeldProblem | null = null
 
   constructor (settings: ClientSettings, handler: Handler, method: string, fields: FieldMap, replayable: boolean,
     algorithm: Algorithm | null, send: (algorithm: Algorithm | null) => void) {
     this.#settings = settings
     this.#handler = handler
-    this.#method = method
     this.#replayable = replayable && fields.expect === undefined
-    this.#asked = askedIn(settings, fields)
+    this.#response = new CheckedResponse(handler, this.#relay, settings, method, askedIn(settings, fields))
     this.#algorithm = algorithm
     this.#send = send
   }
@@ -146,20 +121,18 @@ export class DigestHandler implements Handler {
     this.#handler.onRequestStart?.(this.#relay, context)
   }
 
-  onResponseStart (_controller: Controller, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string): void {
+  onResponseStart (_controller: Controller, statusCode: number, headers: IncomingHttpHeaders, statusMessage?: string):
+  void {
     const problem = statusCode === 400 && this.#replayable && this.#retries < this.#settings.maxRetries &&
       String(headers['content-type']).toLowerCase().startsWith('application/problem+json')
-    if (problem) {
-      this.#problem = { statusCode, headers, statusMessage, chunks: [], size: 0 }
-      return
-    }
-    this.#begin(statusCode, headers, statusMessage)
+    if (problem) this.#problem = { statusCode, headers, statusMessage, chunks: [], size: 0 }
+    else this.#response.start(statusCode, headers, statusMessage)
   }
 
   onResponseData (_controller: Controller, chunk: Buffer): void {
     const problem = this.#problem
     if (problem === null) {
-      this.#data(chunk)
+      this.#response.data(chunk)
       return
     }
     problem.chunks.push(chunk)
@@ -169,67 +142,36 @@ export class DigestHandler implements Handler {
 
   onResponseEnd (_controller: Controller, trailers: IncomingHttpHeaders): void {
     const problem = this.#problem
-    if (problem !== null && this.#retry(problem)) return
-    if (problem !== null) this.#handOn(problem)
-    const check = this.#check
-    if (check === null) {
-      this.#handler.onResponseEnd?.(this.#relay, trailers)
+    const retry = problem === null ? null : retryFor(this.#settings, problem, this.#algorithm)
+    if (retry !== null) {
+      this.#retry(retry.problem, retry.algorithm)
       return
     }
-    check.end(trailers, (error) => {
-      if (error === null) this.#handler.onResponseEnd?.(this.#relay, trailers)
-      else this.#handler.onResponseError?.(this.#relay, error)
-    })
+    if (problem !== null) this.#handOn(problem)
+    this.#response.end(trailers)
   }
 
   onResponseError (_controller: Controller, error: Error): void {
-    this.#check?.abandon()
-    this.#handler.onResponseError?.(this.#relay, error)
-  }
-
-  #begin (statusCode: number, headers: IncomingHttpHeaders, statusMessage: string | undefined): void {
-    this.#check = ResponseCheck.of(this.#method, statusCode, headers, this.#settings, this.#asked)
-    this.#handler.onResponseStart?.(this.#relay, statusCode, headers, statusMessage)
-  }
-
-  #data (chunk: Buffer): void {
-    const check = this.#check
-    // Hashed before the consumer has the chunk, which it may change in place.
-    if (check !== null && !check.update(chunk)) {
-      this.#relay.hold('decoder')
-      check.whenDrained(() => { this.#relay.release('decoder') })
-    }
-    this.#handler.onResponseData?.(this.#relay, chunk)
+    this.#response.error(error)
   }
 
   // A problem not retried goes to the consumer as it came, checked like any response.
   #handOn (problem: HeldProblem): void {
     this.#problem = null
-    this.#begin(problem.statusCode, problem.headers, problem.statusMessage)
-    for (const chunk of problem.chunks) this.#data(chunk)
+    this.#response.start(problem.statusCode, problem.headers, problem.statusMessage)
+    for (const chunk of problem.chunks) this.#response.data(chunk)
   }
 
-  /**
-   * Sends the request again when the problem says a retry can succeed: with the algorithm the
-   * server prefers after an unsupported one, unchanged after a mismatch (an intermediary may have
-   * changed it), never after an invalid value, which the same request would get again.
-   */
-  #retry (held: HeldProblem): boolean {
-    const problem = DigestProblemError.from(held.statusCode, held.headers, Buffer.concat(held.chunks, held.size))
-    if (problem === null || problem.kind === 'invalid-value') return false
-    let algorithm = this.#algorithm
-    if (problem.kind === 'unsupported-algorithm') {
-      const field = this.#settings.field
-      if (algorithm === null || field === null) return false
-      const sent = algorithm
-      algorithm = preferredIn(this.#settings, problem.want[`want-${field}`]).find((offered) => offered !== sent) ?? null
-      if (algorithm === null) return false
-    }
+  #retry (problem: DigestProblemError, algorithm: Algorithm | null): void {
     this.#problem = null
     this.#retries++
     this.#algorithm = algorithm
-    this.#settings.onRetry?.({ problem, attempt: this.#retries, algorithm: algorithm?.key ?? null })
-    this.#send(algorithm)
-    return true
+    const told = this.#settings.onRetry?.({ problem, attempt: this.#retries, algorithm: algorithm?.key ?? null })
+    // An onRetry that returns a promise is waited for; its rejection reaches the consumer.
+    if (!(told instanceof Promise)) {
+      this.#send(algorithm)
+      return
+    }
+    told.then(() => { this.#send(algorithm) }, (error: Error) => { this.#response.fail(error) })
   }
 }

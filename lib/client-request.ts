@@ -1,4 +1,5 @@
 /** A request as the interceptor sends it: its header fields by lower-case name, and its content's bytes when known. */
+import { Response as UndiciResponse } from 'undici'
 
 /** Header fields by lower-case name, as the interceptor edits them. */
 export type FieldMap = Record<string, string | string[]>
@@ -44,8 +45,12 @@ export function knownContent (body: unknown): Content | null {
     const bytes = Buffer.from(body)
     return { bytes, body: bytes }
   }
-  if (ArrayBuffer.isView(body)) {
-    const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength)
+  // A copy, so that a retry sends what was sent first even if the caller reuses its buffer.
+  if (ArrayBuffer.isView(body) || body instanceof ArrayBuffer) {
+    const view = ArrayBuffer.isView(body)
+      ? new Uint8Array(body.buffer, body.byteOffset, body.byteLength)
+      : new Uint8Array(body)
+    const bytes = Buffer.from(view)
     return { bytes, body: bytes }
   }
   return null
@@ -65,8 +70,13 @@ const chunkOf = (chunk: unknown): Buffer => typeof chunk === 'string'
  * trailer section, where a streamed body's digest would go.
  */
 export async function readContent (body: unknown, limit: number): Promise<Content> {
-  if (body instanceof FormData || body instanceof Blob) {
-    const response = new Response(body)
+  // By their tag, as undici does: the FormData of the undici package is not Node's global one.
+  const tag = (body as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
+  if (tag === 'FormData' || tag === 'Blob' || tag === 'File') {
+    // Each Response serializes its own realm's FormData: Node's, or the undici package's.
+    const response = body instanceof FormData || body instanceof Blob
+      ? new Response(body)
+      : new UndiciResponse(body as ConstructorParameters<typeof UndiciResponse>[0])
     const contentType = response.headers.get('content-type') ?? undefined
     const bytes = Buffer.from(await response.arrayBuffer())
     return bytes.length <= limit ? { bytes, body: bytes, contentType } : { bytes: null, body: bytes, contentType }

@@ -6,6 +6,7 @@ import { DigestMismatchError, DigestUnverifiableError, type ResponseDigestField 
 import { contentCodings, UnencodedHasher } from './unencoded.js'
 
 type Section = Readonly<Record<string, string | string[] | undefined>>
+type Field = ResponseDigestField
 
 /** One value a response carried, for an algorithm the client computes. */
 interface Expected { readonly field: ResponseDigestField, readonly algorithm: Algorithm, readonly value: Buffer }
@@ -31,7 +32,7 @@ function valueOf (section: Section, field: string): string | undefined {
  * unknown key or a value of the wrong length is left out (RFC 9530 lets a recipient ignore it), and
  * said in `ignored`.
  */
-function expectedIn (section: Section, fields: readonly ResponseDigestField[], settings: CheckSettings, ignored: string[]):
+function expectedIn (section: Section, fields: readonly Field[], settings: CheckSettings, ignored: string[]):
 Expected[] {
   const expected: Expected[] = []
   for (const field of fields) {
@@ -60,6 +61,18 @@ Expected[] {
 const distinct = (algorithms: Iterable<Algorithm>): Algorithm[] => [...new Set(algorithms)]
 
 /**
+ * The check of a response, or null when it has no content to check: a HEAD response, 204 or 304.
+ * Repr-Digest and Unencoded-Digest describe the whole representation, which a 206 is part of.
+ */
+export function responseCheck (
+  method: string, statusCode: number, headers: Section, settings: CheckSettings, asked: Asked
+): ResponseCheck | null {
+  if (method === 'HEAD' || statusCode === 204 || statusCode === 304 || statusCode < 200) return null
+  const partial = statusCode === 206 || headers['content-range'] !== undefined
+  return new ResponseCheck(headers, partial ? ['content-digest'] : integrityFields, settings, asked)
+}
+
+/**
  * Hashes a response body as it passes and compares it, at its end, with every value of its
  * integrity fields the client can check. The end waits for the verdict; the caller hands the
  * consumer an error in its place on a mismatch.
@@ -72,16 +85,6 @@ export class ResponseCheck {
   readonly #received: Map<Algorithm, Hash>
   readonly #unencoded: UnencodedHasher | null
   readonly #unencodedFailure: string | null
-
-  /**
-   * The check of a response, or null when it has no content to check: a HEAD response, 204 or 304.
-   * Repr-Digest and Unencoded-Digest describe the whole representation, which a 206 is part of.
-   */
-  static of (method: string, statusCode: number, headers: Section, settings: CheckSettings, asked: Asked): ResponseCheck | null {
-    if (method === 'HEAD' || statusCode === 204 || statusCode === 304 || statusCode < 200) return null
-    const partial = statusCode === 206 || headers['content-range'] !== undefined
-    return new ResponseCheck(headers, partial ? ['content-digest'] : integrityFields, settings, asked)
-  }
 
   constructor (headers: Section, fields: readonly ResponseDigestField[], settings: CheckSettings, asked: Asked) {
     this.#settings = settings
@@ -162,7 +165,8 @@ export class ResponseCheck {
       // Content that does not decode (bytes after its end, a truncated or corrupt stream) is not
       // what its Unencoded-Digest describes: refused whatever `unverifiable` says, or changing
       // one byte of a coded body would turn the check off.
-      if (expected.some(({ field }) => field === 'unencoded-digest')) callback(new DigestUnverifiableError(result.detail))
+      const claimed = expected.some(({ field }) => field === 'unencoded-digest')
+      if (claimed) callback(new DigestUnverifiableError(result.detail))
       else decide(null, result.detail)
     })
   }

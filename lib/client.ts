@@ -8,7 +8,8 @@
  */
 import type { Dispatcher } from 'undici'
 import { lookupAlgorithm, type Algorithm } from './algorithms.js'
-import { DigestHandler, Relay, type ClientSettings, type DigestRetry } from './client-handler.js'
+import { DigestHandler, type ClientSettings, type DigestRetry } from './client-handler.js'
+import { Relay } from './client-relay.js'
 import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client-request.js'
 import { invalidOption } from './errors.js'
 import { serializePreferences } from './options.js'
@@ -19,18 +20,18 @@ export type { DigestRetry } from './client-handler.js'
 
 /** The options of `digestInterceptor`. */
 export interface DigestInterceptorOptions {
-  /** Algorithms, most preferred first: the first digests requests, all are checked on responses. Default `['sha-256', 'sha-512']`. */
+  /** Most preferred first: the first digests requests, any is checked on responses. Default sha-256, sha-512. */
   algorithms?: ReadonlyArray<'sha-256' | 'sha-512'>
   /** The field added to requests whose content is known. Default `'content-digest'`; `false` adds none. */
   requestDigest?: 'content-digest' | 'repr-digest' | false
   /** The Want-* fields every request carries, asking for digests on responses. Default none. */
   want?: ReadonlyArray<'content-digest' | 'repr-digest' | 'unencoded-digest'>
-  /** A response with no digest this client can check: `'ignore'` it (default, RFC 9530 allows it), or `'require'` one. */
+  /** A response with no digest this client can check: `'ignore'` it (default, RFC 9530 allows), or `'require'` one. */
   unverifiable?: 'ignore' | 'require'
   /** Retries after a digest problem, per request. Default 1; 0 never retries. */
   maxRetries?: number
-  /** Told of each retry before it is sent. */
-  onRetry?: (retry: DigestRetry) => void
+  /** Told of each retry before it is sent; a promise it returns is waited for, and a rejection fails the request. */
+  onRetry?: (retry: DigestRetry) => void | Promise<void>
   /** The most bytes of a streamed body (fetch sends every body as one) read into memory to digest it. Default 1 MiB. */
   maxBufferedBody?: number
 }
@@ -41,7 +42,11 @@ function check (condition: boolean, option: string, expected: string): void {
   if (!condition) throw invalidOption(`digestInterceptor: ${option}`, `expected ${expected}`)
 }
 
+const optionNames = ['algorithms', 'requestDigest', 'want', 'unverifiable', 'maxRetries', 'onRetry', 'maxBufferedBody']
+
 function clientSettings (options: DigestInterceptorOptions): ClientSettings {
+  check(typeof options === 'object' && options !== null, 'options', 'an object')
+  for (const key of Object.keys(options)) check(optionNames.includes(key), key, `one of ${optionNames.join(', ')}`)
   const {
     algorithms = ['sha-256', 'sha-512'],
     requestDigest = 'content-digest',
@@ -51,11 +56,13 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
     onRetry = null,
     maxBufferedBody = 1024 * 1024
   } = options
-  check(Array.isArray(algorithms) && algorithms.length > 0 && algorithms.every((key) => key === 'sha-256' || key === 'sha-512'),
+  const known = (values: unknown, names: readonly string[]): boolean =>
+    Array.isArray(values) && values.every((value) => names.includes(value))
+  check(known(algorithms, ['sha-256', 'sha-512']) && algorithms.length > 0,
     'algorithms', "a non-empty array of 'sha-256' and 'sha-512'")
   check(requestDigest === 'content-digest' || requestDigest === 'repr-digest' || requestDigest === false,
     'requestDigest', "'content-digest', 'repr-digest' or false")
-  check(Array.isArray(want) && want.every((field) => ['content-digest', 'repr-digest', 'unencoded-digest'].includes(field)),
+  check(known(want, ['content-digest', 'repr-digest', 'unencoded-digest']),
     'want', "an array of 'content-digest', 'repr-digest' and 'unencoded-digest'")
   check(unverifiable === 'ignore' || unverifiable === 'require', 'unverifiable', "'ignore' or 'require'")
   check(Number.isInteger(maxRetries) && maxRetries >= 0 && maxRetries <= 10, 'maxRetries', 'an integer from 0 to 10')
@@ -89,18 +96,21 @@ export function digestInterceptor (options: DigestInterceptorOptions = {}): Disp
     const fields = fieldsOf(opts.headers)
     const start = (content: Content): boolean => {
       const base: FieldMap = { ...settings.want, ...fields }
-      if (content.contentType !== undefined && base['content-type'] === undefined) base['content-type'] = content.contentType
+      const { bytes, body, contentType } = content
+      if (contentType !== undefined && base['content-type'] === undefined) base['content-type'] = contentType
       // A digest the application set is its own: sent as it is, and never replaced on a retry.
-      const ours = settings.field !== null && content.bytes !== null && base[settings.field] === undefined
+      const { field: ours } = settings
+      const field = bytes !== null && ours !== null && base[ours] === undefined ? ours : null
       const send = (algorithm: Algorithm | null): boolean => {
-        const headers = ours && algorithm !== null
-          ? { ...base, [settings.field as string]: `${algorithm.key}=:${algorithm.digest(content.bytes as Buffer).toString('base64')}:` }
-          : base
-        return dispatch({ ...opts, headers, body: content.body as Body }, digestHandler)
+        const headers = field === null || algorithm === null
+          ? base
+          : { ...base, [field]: `${algorithm.key}=:${algorithm.digest(bytes as Buffer).toString('base64')}:` }
+        return dispatch({ ...opts, headers, body: body as Body }, digestHandler)
       }
-      const digestHandler = new DigestHandler(settings, handler, opts.method, base, content.bytes !== null || content.body == null,
-        ours ? settings.preferred[0] as Algorithm : null, send)
-      return send(ours ? settings.preferred[0] as Algorithm : null)
+      const first = field === null ? null : settings.preferred[0] as Algorithm
+      const replayable = bytes !== null || body === null || body === undefined
+      const digestHandler = new DigestHandler(settings, handler, opts.method, base, replayable, first, send)
+      return send(first)
     }
     const known = knownContent(opts.body)
     if (known !== null) return start(known)

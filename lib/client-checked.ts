@@ -1,0 +1,83 @@
+/** A response on its way to the consumer: hashed as it passes, its last kilobyte and end held until the verdict. */
+import type { IncomingHttpHeaders } from 'node:http'
+import type { Dispatcher } from 'undici'
+import type { Relay } from './client-relay.js'
+import { responseCheck, type Asked, type CheckSettings, type ResponseCheck } from './client-response.js'
+import { HeldContent } from './held-content.js'
+
+type Handler = Dispatcher.DispatchHandler
+
+/**
+ * The consumer's side of one response. The last kilobyte is held as the server holds a request's,
+ * so that a consumer that decodes the body itself (fetch) cannot finish a coded body before the
+ * verdict; on a mismatch the consumer gets the error in place of the rest and the end.
+ */
+export class CheckedResponse {
+  readonly #handler: Handler
+  readonly #relay: Relay
+  readonly #settings: CheckSettings
+  readonly #method: string
+  readonly #asked: Asked
+  #check: ResponseCheck | null = null
+  #held = new HeldContent(null)
+
+  constructor (handler: Handler, relay: Relay, settings: CheckSettings, method: string, asked: Asked) {
+    this.#handler = handler
+    this.#relay = relay
+    this.#settings = settings
+    this.#method = method
+    this.#asked = asked
+  }
+
+  start (statusCode: number, headers: IncomingHttpHeaders, statusMessage: string | undefined): void {
+    this.#check = responseCheck(this.#method, statusCode, headers, this.#settings, this.#asked)
+    this.#held = new HeldContent(null)
+    this.#handler.onResponseStart?.(this.#relay, statusCode, headers, statusMessage)
+  }
+
+  data (chunk: Buffer): void {
+    const check = this.#check
+    // Hashed before the consumer has the chunk, which it may change in place.
+    if (check !== null && !check.update(chunk)) {
+      this.#relay.hold('decoder')
+      check.whenDrained(() => { this.#relay.release('decoder') })
+    }
+    this.#held.take(chunk, this.#deliver)
+  }
+
+  end (trailers: IncomingHttpHeaders): void {
+    const check = this.#check
+    if (check === null) {
+      this.#release(trailers)
+      return
+    }
+    let deciding = true
+    check.end(trailers, (error) => {
+      if (error === null) this.#release(trailers)
+      // Told on a later turn when the verdict came at once: fetch() never settles a small body
+      // whose error comes in the same parser pass as its last data, before its stream pulled.
+      else if (deciding) this.fail(error)
+      else this.#handler.onResponseError?.(this.#relay, error)
+    })
+    deciding = false
+  }
+
+  error (error: Error): void {
+    this.#check?.abandon()
+    this.#handler.onResponseError?.(this.#relay, error)
+  }
+
+  fail (error: Error): void {
+    setImmediate(() => { this.#handler.onResponseError?.(this.#relay, error) })
+  }
+
+  readonly #deliver = (chunk: Buffer): boolean => {
+    this.#handler.onResponseData?.(this.#relay, chunk)
+    return true
+  }
+
+  #release (trailers: IncomingHttpHeaders): void {
+    for (const chunk of this.#held.release()) this.#handler.onResponseData?.(this.#relay, chunk)
+    this.#handler.onResponseEnd?.(this.#relay, trailers)
+  }
+}
