@@ -64,6 +64,19 @@ const preferenceFields = ['want-content-digest', 'want-repr-digest', 'want-unenc
 // RFC 9457 section 4.2.1: the title of about:blank is the status phrase.
 const statusPhrases: Readonly<Record<number, string>> = { 400: 'Bad Request', 413: 'Content Too Large' }
 
+/**
+ * Makes what the problem answers with ignore writes from others: @fastify/compress assigns its own
+ * error's fields to the error its decompressor receives (onDecompressError), which is this problem
+ * when the plugin fails the request stream, and a 413 was then answered as 400.
+ */
+function keepingItsFields (problem: DigestProblem): DigestProblem {
+  for (const name of ['name', 'message', 'code', 'statusCode'] as const) {
+    const value = problem[name]
+    Object.defineProperty(problem, name, { get: () => value, set: () => {}, enumerable: name !== 'message' && name !== 'name' })
+  }
+  return problem
+}
+
 /** The preference field a route sends, with each of `refused` marked not acceptable (0, RFC 9530 section 4). */
 function advertised (settings: Settings, refused: readonly string[]): string {
   const preferences = new Map(settings.preferences)
@@ -208,5 +221,5 @@ export function problemFor (settings: Settings, findings: readonly Finding[]): D
   answer.logLevel = settings.problemLogLevel
   answer.found = listed.map((finding) => ({ field: finding.header, algorithm: finding.algorithm }))
   answer.notListed = digestFindings.length - listed.length
-  return answer
+  return keepingItsFields(answer)
 }
