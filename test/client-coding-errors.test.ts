@@ -4,14 +4,12 @@
 // default, while fetch() decoded and handed over the other content whole. Such content is now
 // refused, whatever `unverifiable` says.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { deflateSync, gzipSync } from 'node:zlib'
 import t from 'tap'
 import { Agent, fetch, request } from 'undici'
 import { digestInterceptor, DigestUnverifiableError } from '../lib/client.js'
-import { fuzzSeed, seededBytes } from './helpers.js'
+import { fuzzSeed, seededBytes, serving } from './helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 
@@ -35,10 +33,7 @@ t.test('content that does not decode fails its Unencoded-Digest check, through r
     })
     response.end(body)
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.close() })
-  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const origin = await serving(t, server)
   for (const unverifiable of ['ignore', 'require'] as const) {
     const agent = new Agent()
     t.teardown(() => agent.close())
@@ -62,10 +57,7 @@ t.test('broken content whose Unencoded-Digest was announced but never sent has n
     response.writeHead(200, { 'content-encoding': 'gzip', trailer: 'unencoded-digest' })
     response.end(Buffer.from('not gzip'))
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.close() })
-  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const origin = await serving(t, server)
   const agent = new Agent()
   t.teardown(() => agent.close())
   t.equal(await (await request(origin, { dispatcher: agent.compose(digestInterceptor()) })).body.text(), 'not gzip', 'ignored')

@@ -2,15 +2,13 @@
 // takes, HEAD and bodiless statuses, codings it cannot remove, a side decoder that fills up, aborts,
 // problem documents that are not digest problems, and the controller a consumer holds across a retry.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
 import { gzipSync } from 'node:zlib'
 import t from 'tap'
 import { Agent, request, type Dispatcher } from 'undici'
 import { digestInterceptor, DigestProblemError, type DigestInterceptorOptions } from '../lib/client.js'
-import { fuzzSeed, seededBytes, type Tap } from './helpers.js'
+import { fuzzSeed, seededBytes, serving, type Tap } from './helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 
@@ -37,10 +35,8 @@ async function recording (t: Tap, answer: (seen: Seen, response: ServerResponse)
       answer(one, response)
     })
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  return { origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen }
+  t.teardown(() => { server.closeAllConnections() })
+  return { origin: await serving(t, server), seen }
 }
 
 const ok = (_seen: Seen, response: ServerResponse): void => { response.end('ok') }

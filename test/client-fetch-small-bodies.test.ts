@@ -2,12 +2,11 @@
 // body under 16 KiB over HTTP/1.1. The error came in the same parser pass as the last data, before
 // fetch's stream had pulled; it is now told on a later turn. A hang here is the runner's timeout.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { createServer } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { Agent, fetch } from 'undici'
 import { digestInterceptor, DigestMismatchError, DigestUnverifiableError } from '../lib/client.js'
+import { serving } from './helpers.js'
 
 t.setTimeout(20_000)
 
@@ -25,10 +24,7 @@ t.test('fetch() rejects a small body that fails, with the digest in the header o
       response.end(body)
     }
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.close() })
-  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  const origin = await serving(t, server)
   const agent = new Agent()
   t.teardown(() => agent.close())
   const dispatcher = agent.compose(digestInterceptor({ unverifiable: 'require' }))

@@ -6,18 +6,16 @@
 // over HTTP/2 every digest is in the header section.
 import { execFile } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { readFile, mkdtemp, rm } from 'node:fs/promises'
 import { createSecureServer, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import t from 'tap'
 import { Agent, request } from 'undici'
 import { digestInterceptor, DigestMismatchError } from '../lib/client.js'
-import { fuzzScale, fuzzSeed, randomChunks, seededBytes, seededRandom } from './helpers.js'
+import { fuzzScale, fuzzSeed, randomChunks, seededBytes, seededRandom, serving } from './helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 
@@ -72,13 +70,10 @@ async function verdicts (origin: string, agent: Agent, trailers: boolean): Promi
 }
 
 t.test('HTTP/1.1: the verdict is the model\'s for every body, chunking, algorithm and change', async (t) => {
-  const server = createServer(answer)
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.close() })
+  const origin = await serving(t, createServer(answer))
   const agent = new Agent()
   t.teardown(() => agent.close())
-  await verdicts(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, agent, true)
+  await verdicts(origin, agent, true)
 })
 
 t.test('HTTP/2: the same, with every digest in the header section', async (t) => {
@@ -87,13 +82,11 @@ t.test('HTTP/2: the same, with every digest in the header section', async (t) =>
   await promisify(execFile)('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
     '-subj', '/CN=localhost', '-days', '1', '-keyout', join(folder, 'key.pem'), '-out', join(folder, 'cert.pem')])
   const server = createSecureServer({ key: await readFile(join(folder, 'key.pem')), cert: await readFile(join(folder, 'cert.pem')) }, answer)
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.close() })
+  const origin = await serving(t, server, 'https')
   let http2 = 0
   server.on('stream', () => { http2++ })
   const agent = new Agent({ allowH2: true, connect: { rejectUnauthorized: false } })
   t.teardown(() => agent.close())
-  await verdicts(`https://127.0.0.1:${(server.address() as AddressInfo).port}`, agent, false)
+  await verdicts(origin, agent, false)
   t.equal(http2, cases.length, 'every request went over HTTP/2')
 })

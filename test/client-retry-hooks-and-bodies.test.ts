@@ -3,13 +3,11 @@
 // refused; a retry re-read a buffer the caller had changed meanwhile; options that are not an
 // object, unknown option names and problem documents on a 2xx were taken.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { createServer, type IncomingHttpHeaders } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import t from 'tap'
 import { Agent, FormData as UndiciFormData, request } from 'undici'
 import { digestInterceptor, DigestProblemError, type DigestInterceptorOptions } from '../lib/client.js'
-import type { Tap } from './helpers.js'
+import { serving, type Tap } from './helpers.js'
 
 interface Seen { headers: IncomingHttpHeaders, body: Buffer }
 
@@ -29,10 +27,7 @@ async function mismatchingFirst (t: Tap): Promise<{ origin: string, seen: Seen[]
       }
     })
   })
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.close() })
-  return { origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, seen }
+  return { origin: await serving(t, server), seen }
 }
 
 function client (t: Tap, options: DigestInterceptorOptions = {}): ReturnType<Agent['compose']> {

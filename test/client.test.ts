@@ -3,9 +3,7 @@
 // section), and through proxies that change bytes on the way. Oracles: Node's createHash over what
 // was sent, and the servers' own view of what they received.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { Readable, Writable } from 'node:stream'
 import { pipeline as streamPipeline } from 'node:stream/promises'
 import { gzipSync } from 'node:zlib'
@@ -21,7 +19,7 @@ import {
   type DigestInterceptorOptions,
   type DigestRetry
 } from '../lib/client.js'
-import { problemTypes, type Tap } from './helpers.js'
+import { problemTypes, serving, type Tap } from './helpers.js'
 
 const sha = (name: 'sha256' | 'sha512', data: string | Buffer): string => createHash(name).update(data).digest('base64')
 const field = (key: 'sha-256' | 'sha-512', data: string | Buffer): string => `${key}=:${sha(key === 'sha-256' ? 'sha256' : 'sha512', data)}:`
@@ -34,10 +32,8 @@ function client (t: Tap, options: DigestInterceptorOptions = {}): { dispatcher: 
 }
 
 async function listening (t: Tap, server: Server): Promise<string> {
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  t.teardown(() => { server.closeAllConnections(); server.close() })
-  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+  t.teardown(() => { server.closeAllConnections() })
+  return await serving(t, server)
 }
 
 async function pluginServer (t: Tap, options: Parameters<typeof fastifyDigestFields>[1] = {}): Promise<{ origin: string, seen: unknown[] }> {
@@ -50,9 +46,9 @@ async function pluginServer (t: Tap, options: Parameters<typeof fastifyDigestFie
   })
   app.get('/stream', { config: { digest: { required: false } } }, async (_request, reply) =>
     reply.send(Readable.from([Buffer.from('hello '), Buffer.from('world')])))
-  await app.listen({ host: '127.0.0.1', port: 0 })
+  const origin = await app.listen({ host: '127.0.0.1', port: 0 })
   t.teardown(() => app.close())
-  return { origin: `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`, seen }
+  return { origin, seen }
 }
 
 // A proxy that changes one byte of the request bodies whose attempt number `corrupt` names (from 1),
@@ -189,9 +185,8 @@ t.test('a response body changed on the way errors in place of its end, with the 
   const content = Buffer.alloc(100_000, 'x')
   app.get('/buffer', async () => content)
   app.get('/stream', async (_request, reply) => reply.send(Readable.from([content.subarray(0, 50_000), content.subarray(50_000)])))
-  await app.listen({ host: '127.0.0.1', port: 0 })
+  const origin = await app.listen({ host: '127.0.0.1', port: 0 })
   t.teardown(() => app.close())
-  const origin = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
   const proxy = await corruptingProxy(t, origin, () => false, 70_000)
   const { dispatcher } = client(t, { want: ['content-digest', 'repr-digest'] })
   for (const path of ['/buffer', '/stream']) {

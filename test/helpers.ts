@@ -230,3 +230,11 @@ export async function abortUpload (port: number, http2: boolean, path: string, h
   await new Promise((resolve) => setImmediate(resolve))
   socket.destroy()
 }
+
+/** Listens on a free port of 127.0.0.1 until the test ends; resolves with the server's origin. */
+export async function serving (t: Tap, server: import('node:net').Server, scheme = 'http'): Promise<string> {
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  t.teardown(() => { server.close() })
+  return `${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`
+}
