@@ -270,7 +270,7 @@ t.test('the controller a consumer holds: pause, resume and abort reach the curre
   t.same(aborted, { events: ['start paused=false aborted=false', 'error enough aborted=true reason=enough'], body: '' })
 })
 
-t.test('a consumer that aborts mid-body lets go of the side decoder', async (t) => {
+t.test('a consumer that aborts mid-body gets the abort, and the next request is checked whole', async (t) => {
   const content = seededBytes(2 * 1024 * 1024, fuzzSeed + 1)
   const { origin } = await recording(t, (_one, response) => {
     response.writeHead(200, { 'content-encoding': 'gzip', 'unencoded-digest': digest('sha-512', content) }).end(gzipSync(content, { level: 1 }))
@@ -288,6 +288,8 @@ t.test('a consumer that aborts mid-body lets go of the side decoder', async (t) 
     })()
     await t.rejects(reading, { message: /seen enough|aborted/ })
   }
+  const whole = await request(origin, { dispatcher })
+  t.equal((await whole.body.arrayBuffer()).byteLength, gzipSync(content, { level: 1 }).length, 'a request after them is checked whole')
 })
 
 t.test('CONNECT and upgrades pass through untouched', async (t) => {
