@@ -55,7 +55,7 @@ t.test('every body form undici takes is digested as the bytes it sends', async (
     await response.body.dump()
   }
   for (const { headers, body } of seen) {
-    t.equal(headers['repr-digest'], digest('sha-256', body), body.toString('latin1').slice(0, 40))
+    t.equal(headers['repr-digest'], digest('sha-256', body), `${body.length} bytes`)
     t.equal(headers['want-unencoded-digest'], 'sha-256=10, sha-512=9')
   }
   t.match(seen[4]?.headers['content-type'], /^multipart\/form-data; boundary=/, 'FormData keeps its boundary')
