@@ -37,6 +37,11 @@ const registry = new Map<string, Algorithm>([
 /** Registered keys that are not hash functions or that Node cannot compute; named to explain a refusal. */
 const unimplemented = new Set(['unixsum', 'unixcksum', 'adler', 'crc32c'])
 
+/** Each algorithm once, in the order first named. */
+export function distinct (algorithms: Iterable<Algorithm>): Algorithm[] {
+  return [...new Set(algorithms)]
+}
+
 export function lookupAlgorithm (key: string): Algorithm | undefined {
   return registry.get(key)
 }

@@ -1,11 +1,11 @@
 /** A response's digests, checked while its body streams: from the header section, then the trailer section. */
 import { timingSafeEqual, type Hash } from 'node:crypto'
 import { parseDictionary } from 'structured-headers'
-import type { Algorithm } from './algorithms.js'
+import { distinct, type Algorithm } from './algorithms.js'
+import type { Section } from './fields.js'
 import { DigestMismatchError, DigestUnverifiableError, type ResponseDigestField } from './client-errors.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
 
-type Section = Readonly<Record<string, string | string[] | undefined>>
 type Field = ResponseDigestField
 
 /** One value a response carried, for an algorithm the client computes. */
@@ -57,8 +57,6 @@ Expected[] {
   }
   return expected
 }
-
-const distinct = (algorithms: Iterable<Algorithm>): Algorithm[] => [...new Set(algorithms)]
 
 /**
  * The check of a response, or null when it has no content to check: a HEAD response, 204 or 304.

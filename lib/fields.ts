@@ -74,7 +74,7 @@ export function announcedFields (headers: IncomingHttpHeaders): string[] {
 type Parsed = [Field, Dictionary, string]
 
 /** A header or trailer section, as Node gives it. */
-type Section = Readonly<Record<string, string | string[] | undefined>>
+export type Section = Readonly<Record<string, string | string[] | undefined>>
 
 function parse (section: Readonly<Record<string, string | string[] | undefined>>): Parsed[] | Finding {
   const present: Parsed[] = []

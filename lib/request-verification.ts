@@ -1,7 +1,7 @@
 /** The verification of one request, set up in onRequest: at the source when it has fields, else a trailer watch. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { Readable } from 'node:stream'
-import type { Algorithm } from './algorithms.js'
+import { distinct, type Algorithm } from './algorithms.js'
 import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
 import { refusals, type Finding } from './findings.js'
@@ -22,10 +22,6 @@ type HookDone = (error?: Error) => void
  */
 function answerUnheard (problem: DigestProblem, heard: boolean, request: FastifyRequest, reply: FastifyReply): void {
   if (!heard && !reply.sent) sendProblem(problem, request, reply)
-}
-
-function distinct (algorithms: Iterable<Algorithm>): Algorithm[] {
-  return [...new Set(algorithms)]
 }
 
 /**
