@@ -9,7 +9,9 @@
 //   preValidation  awaitPartialReaders: a parser that read part of the content waits for the verdict
 //   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the problem
 //   problems       rendered by problems.ts from findings, sent by answer.ts, whichever hook found them
-//   responses      Want-* fields answered, digests sent, as the route's last onSend (response-digests.ts)
+//   responses      Unencoded-Digest found as the route's first onSend, before a coding is added; Want-*
+//                  fields answered, digests sent and signed as its last (response-digests.ts); files'
+//                  digests kept by version (file-digests.ts), signatures made (integrity-signatures.ts)
 import type {
   FastifyContextConfig,
   FastifyError,
@@ -25,11 +27,21 @@ import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from './types.js'
 import { answerWith, sendProblem } from './answer.js'
 import { hasNoDigestFields } from './fields.js'
-import { pluginSettings, routeSettings, type Settings } from './options.js'
+import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem } from './problems.js'
 import { TrailerWatch, verifyRequest, watchTrailers } from './request-verification.js'
-import { responseDigests, type SuppliedDigests } from './response-digests.js'
-import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kSuppliedDigests } from './symbols.js'
+import { findUnencodedDigest, responseDigests, type SuppliedDigests } from './response-digests.js'
+import { FileDigests } from './file-digests.js'
+import {
+  kAnswersProblems,
+  kFilePayload,
+  kPendingContent,
+  kRouteSettings,
+  kSendDigests,
+  kServedFile,
+  kSuppliedDigests,
+  kUnencodedDigest
+} from './symbols.js'
 import { declaredBeforeRegistration } from './warnings.js'
 import { lookupAlgorithm } from './algorithms.js'
 import { invalidOption } from './errors.js'
@@ -37,6 +49,7 @@ import { SourceVerifier, type PendingContent } from './verifier.js'
 
 export type * from './types.js'
 export { DigestProblem } from './problems.js'
+export { staticFileDigests } from './static-files.js'
 export {
   digestProblemSchemas,
   generalProblemSchema,
@@ -77,6 +90,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   const { prefix, logLevel, logSerializers, ...digestOptions } =
     options as FastifyDigestFieldsOptions & Record<string, unknown>
   const defaults = pluginSettings(digestOptions)
+  const files = new FileDigests(fileDigestLimits(digestOptions))
   // While no route requires a field, a request without one is done with after seven header lookups.
   let anyRequired = defaults.required
   // Routes declared before the plugin was registered, each reported once.
@@ -103,6 +117,9 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     fastify.decorateRequest('digest', null)
     fastify.decorateRequest(kPendingContent, null)
     fastify.decorateReply(kSuppliedDigests, null)
+    fastify.decorateReply(kServedFile, null)
+    fastify.decorateReply(kUnencodedDigest, null)
+    fastify.decorateReply(kFilePayload, null)
     fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
       for (const [key, value] of Object.entries(digests)) {
         const algorithm = lookupAlgorithm(key)
@@ -123,17 +140,19 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // After every onRoute hook has added its own (a microtask runs once the route's onRoute hooks
     // have), so that the digests cover the bytes sent, after @fastify/compress whichever plugin was
     // registered first (RFC 9530 section 2); on Fastify's own HEAD route, just before the hook that
-    // drops the GET payload, which is the representation a GET would send.
-    // One hook a route, with the settings of the last registration to see it (a child scope's).
-    const scheduled = route as RouteOptions & { [kSendDigests]?: onSendHookHandler }
+    // drops the GET payload, which is the representation a GET would send. Unencoded-Digest is
+    // found first, before any route hook adds a coding.
+    // Two hooks a route, with the settings of the last registration to see it (a child scope's).
+    const scheduled = route as RouteOptions & { [kSendDigests]?: [onSendHookHandler, onSendHookHandler] }
     const first = scheduled[kSendDigests] === undefined
-    scheduled[kSendDigests] = responseDigests(settings)
+    scheduled[kSendDigests] = [findUnencodedDigest(settings, files), responseDigests(settings, files)]
     if (first) {
       queueMicrotask(() => {
         const onSend = route.onSend === undefined ? [] : [route.onSend].flat()
+        const [before, after] = scheduled[kSendDigests] as [onSendHookHandler, onSendHookHandler]
         const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
-        onSend.splice(head === -1 ? onSend.length : head, 0, scheduled[kSendDigests] as onSendHookHandler)
-        route.onSend = onSend
+        onSend.splice(head === -1 ? onSend.length : head, 0, after)
+        route.onSend = [before, ...onSend]
       })
     }
 

@@ -9,8 +9,10 @@ import type {
   ResponseDigestField,
   FastifyDigestFieldsOptions
 } from './types.js'
+import type { FileDigestLimits } from './file-digests.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
 import { invalidOption } from './errors.js'
+import { integritySigner, type IntegritySigner } from './integrity-signatures.js'
 
 /** Options normalized once, at registration or route declaration; every request reads only this. */
 export interface Settings {
@@ -29,18 +31,22 @@ export interface Settings {
   readonly responseDigests: readonly ResponseDigestField[]
   /** Problem type URIs are this plus the type name. */
   readonly typeBase: string
+  /** Signs the Unencoded-Digest of every response that carries one in its header section. */
+  readonly signer: IntegritySigner | null
 }
 
 const defaultAlgorithms = ['sha-256', 'sha-512'] as const
 const defaultProblemTypesBase = 'https://iana.org/assignments/http-problem-types'
 const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest', 'none']
 const shapes: readonly DigestProblemTypes[] = ['draft-00', 'registered']
-const responseFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest']
+export const responseFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest', 'unencoded-digest']
 const logLevels: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
 const routeKeys = [
-  'algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests'
+  'algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests',
+  'integritySignatures'
 ]
-const pluginKeys = [...routeKeys, 'problemTypesBase']
+const pluginKeys = [...routeKeys, 'problemTypesBase', 'fileDigests']
+const fileDigestDefaults: FileDigestLimits = { hashBeforeSending: 4 * 1024 * 1024, maxEntries: 10_000 }
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
 export function serializePreferences (preferences: ReadonlyMap<string, number>): string {
@@ -118,14 +124,13 @@ Settings {
     disclosure = inherited?.disclosure ?? 'full',
     problemTypes = inherited?.problemTypes ?? 'draft-00',
     problemLogLevel = inherited?.problemLogLevel ?? 'info',
-    responseDigests = inherited?.responseDigests ?? []
+    responseDigests = inherited?.responseDigests ?? [],
+    integritySignatures
   } = options
   checkOneOf(where, 'disclosure', disclosures, disclosure)
   checkOneOf(where, 'problemTypes', shapes, problemTypes)
   checkOneOf(where, 'problemLogLevel', logLevels, problemLogLevel)
-  if (!Array.isArray(responseDigests) || !responseDigests.every((name) => responseFields.includes(name))) {
-    fail(where, `responseDigests must be a list of ${responseFields.join(', ')}, got ${show(responseDigests)}`)
-  }
+  checkResponseFields(where, 'responseDigests', responseDigests)
   const common = {
     strictAlgorithms: checkBoolean(where, 'strictAlgorithms', strictAlgorithms),
     required: checkBoolean(where, 'required', required),
@@ -133,7 +138,10 @@ Settings {
     problemTypes,
     problemLogLevel,
     responseDigests,
-    typeBase
+    typeBase,
+    signer: integritySignatures === undefined
+      ? inherited?.signer ?? null
+      : integritySignatures === false ? null : integritySigner(where, integritySignatures)
   }
   if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }
   const normalized = normalizeAlgorithms(where, algorithms ?? defaultAlgorithms)
@@ -143,6 +151,33 @@ Settings {
     algorithms: new Map([...normalized].map(([key, [algorithm]]) => [key, algorithm])),
     preferences,
     wantField: serializePreferences(preferences)
+  }
+}
+
+/** A list of the digest fields the plugin sends on responses. */
+export function checkResponseFields (where: string, name: string, fields: unknown): void {
+  if (!Array.isArray(fields) || !fields.every((field) => responseFields.includes(field))) {
+    fail(where, `${name} must be a list of ${responseFields.join(', ')}, got ${show(fields)}`)
+  }
+}
+
+function checkSize (where: string, name: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
+    fail(where, `${name} must be a whole number, got ${show(value)}`)
+  }
+  return value
+}
+
+/** The bounds of the plugin's file digest cache (file-digests.ts). */
+export function fileDigestLimits (options: FastifyDigestFieldsOptions): FileDigestLimits {
+  const { fileDigests = {} } = options
+  checkObject('options.fileDigests', fileDigests)
+  checkKeys('options.fileDigests', fileDigests, Object.keys(fileDigestDefaults))
+  const { hashBeforeSending = fileDigestDefaults.hashBeforeSending, maxEntries = fileDigestDefaults.maxEntries } =
+    fileDigests
+  return {
+    hashBeforeSending: checkSize('options.fileDigests', 'hashBeforeSending', hashBeforeSending),
+    maxEntries: checkSize('options.fileDigests', 'maxEntries', maxEntries)
   }
 }
 

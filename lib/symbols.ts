@@ -6,7 +6,7 @@ export const kRouteSettings = Symbol('fastify-digest-fields.route-settings')
 export const kPendingContent = Symbol('fastify-digest-fields.pending-content')
 /** Marks the route error handler that answers the plugin's problems, so it wraps once. */
 export const kAnswersProblems = Symbol('fastify-digest-fields.answers-problems')
-/** A route's response-digest onSend hook, replaced by a child scope's registration. */
+/** A route's two response-digest onSend hooks, replaced by a child scope's registration. */
 export const kSendDigests = Symbol('fastify-digest-fields.send-digests')
 /** On a reply: the representation digests the application supplied (`reply.reprDigest()`). */
 export const kSuppliedDigests = Symbol('fastify-digest-fields.supplied-digests')
@@ -14,3 +14,9 @@ export const kSuppliedDigests = Symbol('fastify-digest-fields.supplied-digests')
 export const kSourceVerifier = Symbol('fastify-digest-fields.source-verifier')
 /** On request.raw: the TrailerWatch that watches its end. */
 export const kTrailerWatch = Symbol('fastify-digest-fields.trailer-watch')
+/** On a reply: the file it serves (set by staticFileDigests()), and the digest fields it sends unasked. */
+export const kServedFile = Symbol('fastify-digest-fields.served-file')
+/** On a reply: its Unencoded-Digest, found before a content coding was added (response-digests.ts). */
+export const kUnencodedDigest = Symbol('fastify-digest-fields.unencoded-digest')
+/** On a reply: the payload as the route's first onSend hook saw it, when it serves a file. */
+export const kFilePayload = Symbol('fastify-digest-fields.file-payload')

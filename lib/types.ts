@@ -30,7 +30,7 @@ export type DigestDisclosure = 'full' | 'no-calculated-digest' | 'none'
 export type DigestProblemTypes = 'draft-00' | 'registered'
 
 /** A digest field the plugin can send on responses. */
-export type ResponseDigestField = 'content-digest' | 'repr-digest'
+export type ResponseDigestField = 'content-digest' | 'repr-digest' | 'unencoded-digest'
 
 /** Settings a route can override under `config.digest`. */
 export interface DigestRouteOptions {
@@ -55,6 +55,34 @@ export interface DigestRouteOptions {
    * answered). Default `[]`.
    */
   responseDigests?: readonly ResponseDigestField[]
+  /**
+   * Sign responses for signature-based SRI (`integrity="ed25519-<key>"`): every success response
+   * sends `Unencoded-Digest`, and one that carries it in the header section gets an RFC 9421
+   * signature over it with `tag="ed25519-integrity"`. `false` turns a plugin-level key off.
+   */
+  integritySignatures?: IntegritySignatures | false
+}
+
+/** The key that signs Unencoded-Digest for signature-based SRI. */
+export interface IntegritySignatures {
+  /** An Ed25519 private key, as a `KeyObject` or PEM; the `keyid` is the base64 of its raw public key. */
+  privateKey: import('node:crypto').KeyObject | string | Buffer
+}
+
+/** How the digests of served files are kept. */
+export interface FileDigestsOptions {
+  /** Files up to this many bytes are hashed before their first response; larger ones as it is sent. Default 4 MiB. */
+  hashBeforeSending?: number
+  /** Versions of files whose digests are kept, least recently used dropped first. Default 10,000. */
+  maxEntries?: number
+}
+
+/** Options of `staticFileDigests()`. */
+export interface StaticFileDigestsOptions {
+  /** The fields every served file sends unasked. Default all three. */
+  responseDigests?: readonly ResponseDigestField[]
+  /** @fastify/static's own `setHeaders`, called after the file is marked. */
+  setHeaders?: (reply: import('fastify').FastifyReply, path: string, stat: import('node:fs').Stats) => void
 }
 
 export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
@@ -63,6 +91,8 @@ export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
    * Default `https://iana.org/assignments/http-problem-types`.
    */
   problemTypesBase?: string
+  /** The file digest cache, which lets files carry their digests in the header section. */
+  fileDigests?: FileDigestsOptions
 }
 
 /** The integrity field names, as Node spells request header names. */

@@ -137,3 +137,36 @@ export class UnencodedHasher {
     this.#release()
   }
 }
+
+/** Takes bytes in and gives their digests, with content codings removed or as they are. */
+export interface ContentDigests {
+  /** Takes a chunk (copied if it must be kept); false when the caller should wait for `whenDrained`. */
+  write (chunk: Buffer): boolean
+  whenDrained (callback: () => void): void
+  /** The digests, or null when the bytes do not decode. */
+  end (callback: (digests: Map<Algorithm, Buffer> | null) => void): void
+}
+
+/**
+ * The digests of bytes a server sends (its own, so decoding is not bounded) with `codings`
+ * removed, in the order they were applied; with none, of the bytes themselves.
+ */
+export function digestsOf (codings: readonly string[], algorithms: readonly Algorithm[]): ContentDigests {
+  if (codings.length === 0) {
+    const hashes = algorithms.map((algorithm) => algorithm.createHash())
+    return {
+      write (chunk) {
+        for (const hash of hashes) hash.update(chunk)
+        return true
+      },
+      whenDrained: (callback) => callback(),
+      end: (callback) => callback(new Map(algorithms.map((algorithm, i) => [algorithm, (hashes[i] as Hash).digest()])))
+    }
+  }
+  const hasher = new UnencodedHasher(codings, algorithms, Number.MAX_SAFE_INTEGER)
+  return {
+    write: (chunk) => hasher.write(chunk),
+    whenDrained: (callback) => hasher.whenDrained(callback),
+    end: (callback) => hasher.end((result) => callback(result instanceof Map ? result : null))
+  }
+}

@@ -101,7 +101,7 @@ t.test('unsolicited digests: on every successful response, with the most preferr
   const part = await app.inject({ method: 'GET', url: '/part' })
   t.notOk('repr-digest' in part.headers, 'a part is not the representation')
   t.equal(part.headers['content-digest'], member('sha-512', hello.slice(0, 2)))
-  await t.rejects(async () => { await Fastify().register(fastifyDigestFields, { responseDigests: ['digest'] as never }) }, /responseDigests must be a list of content-digest, repr-digest, got \["digest"\]/)
+  await t.rejects(async () => { await Fastify().register(fastifyDigestFields, { responseDigests: ['digest'] as never }) }, /responseDigests must be a list of content-digest, repr-digest, unencoded-digest, got \["digest"\]/)
 })
 
 t.test('a digest the application supplies is sent instead of hashing the representation', async (t) => {

@@ -1,0 +1,151 @@
+/** Digests of files, computed once for each version of a file and kept by what identifies its bytes. */
+import { fstat, type BigIntStats, type ReadStream } from 'node:fs'
+import { open, stat } from 'node:fs/promises'
+import type { Algorithm } from './algorithms.js'
+import { digestsOf } from './unencoded.js'
+
+/** A file a response sends, or would send (HEAD, 304): its path, and the stream reading it if any. */
+export interface FileRef {
+  readonly path: string
+  readonly stream?: ReadStream
+}
+
+export type FileDigestValues = ReadonlyMap<Algorithm, Buffer>
+
+/** A file's digests, or null when they are to be found as it is sent, and then remembered. */
+export interface FileDigestsFound {
+  readonly values: FileDigestValues | null
+  readonly remember: (values: FileDigestValues) => void
+}
+
+/** How the file digest cache is bounded, and which first responses wait for a file to be hashed. */
+export interface FileDigestLimits {
+  /** Files up to this size are hashed before their first response is sent. */
+  readonly hashBeforeSending: number
+  /** Versions of files whose digests are kept; the least recently used goes first. */
+  readonly maxEntries: number
+}
+
+// A file changed within this long of being hashed may have changed again within the same tick of
+// its file system's clock without its times or size telling (Linux stamps files with a coarse
+// clock; FAT with 2 s): its digest serves the response that hashed it and is not kept.
+const settleTime = 2_000_000_000n
+
+const chunkSize = 64 * 1024
+
+function versionOf (stats: BigIntStats): string {
+  return `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}`
+}
+
+function settled (stats: BigIntStats, since: bigint): boolean {
+  const changed = stats.mtimeNs > stats.ctimeNs ? stats.mtimeNs : stats.ctimeNs
+  return changed + settleTime < since
+}
+
+/** Whether a stream reads all of a file of `size` bytes (none does when there is no stream). */
+function readsWhole (stream: ReadStream | undefined, size: bigint): boolean {
+  if (stream === undefined) return true
+  const { start = 0, end = Infinity } = stream as ReadStream & { start?: number, end?: number }
+  return start === 0 && end >= Number(size) - 1
+}
+
+/** The stats of the file a stream reads (its own descriptor, once open), or of the path. */
+async function statsOf (file: FileRef): Promise<BigIntStats> {
+  const stream = file.stream
+  if (stream === undefined) return await stat(file.path, { bigint: true })
+  if (stream.pending) {
+    await new Promise<void>((resolve, reject) => {
+      stream.once('ready', resolve).once('error', reject).once('close', reject)
+    })
+  }
+  const fd = (stream as ReadStream & { fd: number }).fd
+  return await new Promise((resolve, reject) => {
+    // A descriptor number is reused once closed: the stream must still own it when its stats come back.
+    fstat(fd, { bigint: true }, (error, stats) => {
+      if (error !== null || stream.closed) reject(error ?? new Error('the stream closed its file'))
+      else resolve(stats)
+    })
+  })
+}
+
+/**
+ * The digests of files by version (device, inode, size, modification and change times, and the
+ * codings removed), so that a file is hashed once and a changed file never gets an old digest.
+ */
+export class FileDigests {
+  readonly #entries = new Map<string, Map<Algorithm, Buffer>>()
+  readonly #limits: FileDigestLimits
+
+  constructor (limits: FileDigestLimits) {
+    this.#limits = limits
+  }
+
+  /**
+   * The digests of the file (with `codings` removed, in the order they were applied): from the
+   * cache, or by hashing it now when it is small enough or `mustHash`. Otherwise `values` is null
+   * and `remember` keeps the digests of the file as it is sent whole. Null for a stream over part
+   * of the file, or a file that cannot be read or changed while it was hashed.
+   */
+  async digests (file: FileRef, algorithms: readonly Algorithm[], codings: readonly string[], mustHash: boolean):
+  Promise<FileDigestsFound | null> {
+    const stats = await statsOf(file).catch(() => null)
+    if (stats === null || !readsWhole(file.stream, stats.size)) return null
+    const version = `${versionOf(stats)}:${codings.join(',')}`
+    const since = BigInt(Date.now()) * 1_000_000n
+    const known = this.#recall(version)
+    const missing = algorithms.filter((algorithm) => known?.has(algorithm) !== true)
+    if (missing.length === 0) return { values: known as FileDigestValues, remember: () => {} }
+    // Kept only if the file was not changed while it was read: it has the same version after.
+    const remember = (values: FileDigestValues): void => {
+      stat(file.path, { bigint: true }).then((after) => {
+        if (versionOf(after) === versionOf(stats) && settled(stats, since)) this.#remember(version, values)
+      }, () => {})
+    }
+    if (!mustHash && stats.size > this.#limits.hashBeforeSending) return { values: null, remember }
+    const hashed = await this.#hash(file.path, stats, missing, codings).catch(() => null)
+    if (hashed === null) return null
+    const values = new Map([...(known ?? []), ...hashed])
+    if (settled(stats, since)) this.#remember(version, values)
+    return { values, remember }
+  }
+
+  #remember (version: string, values: FileDigestValues): void {
+    const entries = this.#entries
+    const merged = new Map([...(entries.get(version) ?? []), ...values])
+    entries.delete(version)
+    entries.set(version, merged)
+    if (entries.size > this.#limits.maxEntries) entries.delete(entries.keys().next().value as string)
+  }
+
+  /** A version's digests, now the most recently used. */
+  #recall (version: string): Map<Algorithm, Buffer> | undefined {
+    const values = this.#entries.get(version)
+    if (values !== undefined) {
+      this.#entries.delete(version)
+      this.#entries.set(version, values)
+    }
+    return values
+  }
+
+  /** Hashes the file through a descriptor of its own, if it still is the version named. */
+  async #hash (path: string, stats: BigIntStats, algorithms: readonly Algorithm[], codings: readonly string[]):
+  Promise<Map<Algorithm, Buffer> | null> {
+    const handle = await open(path, 'r')
+    try {
+      const same = async (): Promise<boolean> => versionOf(await handle.stat({ bigint: true })) === versionOf(stats)
+      if (!await same()) return null
+      const hasher = digestsOf(codings, algorithms)
+      const buffer = Buffer.allocUnsafe(chunkSize)
+      for (let position = 0; ;) {
+        const { bytesRead } = await handle.read(buffer, 0, chunkSize, position)
+        if (bytesRead === 0) break
+        position += bytesRead
+        if (!hasher.write(buffer.subarray(0, bytesRead))) await new Promise<void>((resolve) => hasher.whenDrained(resolve))
+      }
+      const result = await new Promise<Map<Algorithm, Buffer> | null>((resolve) => hasher.end(resolve))
+      return result !== null && await same() ? result : null
+    } finally {
+      await handle.close()
+    }
+  }
+}
