@@ -42,6 +42,12 @@ function settled (stats: BigIntStats, since: bigint): boolean {
   return changed + settleTime < since
 }
 
+/** A version's digests, and whether the file had settled when they were found (else they are found again). */
+interface Entry {
+  readonly values: FileDigestValues
+  readonly settled: boolean
+}
+
 /** Whether a stream reads all of a file of `size` bytes (none does when there is no stream). */
 function readsWhole (stream: ReadStream | undefined, size: bigint): boolean {
   if (stream === undefined) return true
@@ -73,7 +79,7 @@ async function statsOf (file: FileRef): Promise<BigIntStats> {
  * codings removed), so that a file is hashed once and a changed file never gets an old digest.
  */
 export class FileDigests {
-  readonly #entries = new Map<string, Map<Algorithm, Buffer>>()
+  readonly #entries = new Map<string, Entry>()
   readonly #limits: FileDigestLimits
 
   constructor (limits: FileDigestLimits) {
@@ -92,33 +98,37 @@ export class FileDigests {
     if (stats === null || !readsWhole(file.stream, stats.size)) return null
     const version = `${versionOf(stats)}:${codings.join(',')}`
     const since = BigInt(Date.now()) * 1_000_000n
-    const known = this.#recall(version)
+    const entry = this.#recall(version)
+    const known = entry?.settled === true ? entry.values : undefined
     const missing = algorithms.filter((algorithm) => known?.has(algorithm) !== true)
     if (missing.length === 0) return { values: known as FileDigestValues, remember: () => {} }
     // Kept only if the file was not changed while it was read: it has the same version after.
     const remember = (values: FileDigestValues): void => {
       stat(file.path, { bigint: true }).then((after) => {
-        if (versionOf(after) === versionOf(stats) && settled(stats, since)) this.#remember(version, values)
+        if (versionOf(after) === versionOf(stats)) this.#remember(version, values, settled(stats, since))
       }, () => {})
     }
-    if (!mustHash && stats.size > this.#limits.hashBeforeSending) return { values: null, remember }
+    // A version seen before, but too recent to be trusted then, is hashed again whatever its size.
+    if (!mustHash && entry === undefined && stats.size > this.#limits.hashBeforeSending) return { values: null, remember }
     const hashed = await this.#hash(file.path, stats, missing, codings).catch(() => null)
     if (hashed === null) return null
     const values = new Map([...(known ?? []), ...hashed])
-    if (settled(stats, since)) this.#remember(version, values)
+    this.#remember(version, values, settled(stats, since))
     return { values, remember }
   }
 
-  #remember (version: string, values: FileDigestValues): void {
+  /** Keeps a version's digests; unsettled ones only say that the version was seen. */
+  #remember (version: string, values: FileDigestValues, trusted: boolean): void {
     const entries = this.#entries
-    const merged = new Map([...(entries.get(version) ?? []), ...values])
+    const before = entries.get(version)
+    const merged = new Map([...(before?.settled === true ? before.values : []), ...values])
     entries.delete(version)
-    entries.set(version, merged)
+    entries.set(version, { values: merged, settled: trusted })
     if (entries.size > this.#limits.maxEntries) entries.delete(entries.keys().next().value as string)
   }
 
   /** A version's digests, now the most recently used. */
-  #recall (version: string): Map<Algorithm, Buffer> | undefined {
+  #recall (version: string): Entry | undefined {
     const values = this.#entries.get(version)
     if (values !== undefined) {
       this.#entries.delete(version)
