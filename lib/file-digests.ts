@@ -1,5 +1,6 @@
 /** Digests of files, computed once for each version of a file and kept by what identifies its bytes. */
-import { fstat, type BigIntStats, type ReadStream } from 'node:fs'
+import { fstat as fstatCallback, type BigIntStats, type ReadStream } from 'node:fs'
+import { promisify } from 'node:util'
 import { open, stat } from 'node:fs/promises'
 import type { Algorithm } from './algorithms.js'
 import { digestsOf } from './unencoded.js'
@@ -32,14 +33,16 @@ export interface FileDigestLimits {
 const settleTime = 2_000_000_000n
 
 const chunkSize = 64 * 1024
+const fstat = promisify(fstatCallback) as (fd: number, options: { bigint: true }) => Promise<BigIntStats>
 
 function versionOf (stats: BigIntStats): string {
   return `${stats.dev}:${stats.ino}:${stats.size}:${stats.mtimeNs}:${stats.ctimeNs}`
 }
 
+/** Whether the file last changed long enough before `since` for a change after it to change its times. */
 function settled (stats: BigIntStats, since: bigint): boolean {
-  const changed = stats.mtimeNs > stats.ctimeNs ? stats.mtimeNs : stats.ctimeNs
-  return changed + settleTime < since
+  // The change time moves with every write and every utimes(), and nothing can set it back.
+  return stats.ctimeNs + settleTime < since
 }
 
 /** A version's digests, and whether the file had settled when they were found (else they are found again). */
@@ -55,23 +58,33 @@ function readsWhole (stream: ReadStream | undefined, size: bigint): boolean {
   return start === 0 && end >= Number(size) - 1
 }
 
+/** Waits for a stream to open its file: a failure to open, or a close before, is no file. */
+async function opening (stream: ReadStream): Promise<void> {
+  if (stream.destroyed) throw new Error('the stream closed before it opened its file')
+  await new Promise<void>((resolve, reject) => {
+    const opened = (): void => {
+      stream.off('close', closed).off('error', closed)
+      resolve()
+    }
+    // Until the hook hands the stream on, this is the only listener of its error: without it, a
+    // file that cannot be opened would take the process down.
+    const closed = (): void => {
+      stream.off('ready', opened).off('close', closed).off('error', closed)
+      reject(new Error('the stream closed before it opened its file'))
+    }
+    stream.once('ready', opened).once('close', closed).once('error', closed)
+  })
+}
+
 /** The stats of the file a stream reads (its own descriptor, once open), or of the path. */
 async function statsOf (file: FileRef): Promise<BigIntStats> {
   const stream = file.stream
   if (stream === undefined) return await stat(file.path, { bigint: true })
-  if (stream.pending) {
-    await new Promise<void>((resolve, reject) => {
-      stream.once('ready', resolve).once('error', reject).once('close', reject)
-    })
-  }
-  const fd = (stream as ReadStream & { fd: number }).fd
-  return await new Promise((resolve, reject) => {
-    // A descriptor number is reused once closed: the stream must still own it when its stats come back.
-    fstat(fd, { bigint: true }, (error, stats) => {
-      if (error !== null || stream.closed) reject(error ?? new Error('the stream closed its file'))
-      else resolve(stats)
-    })
-  })
+  if (stream.pending) await opening(stream)
+  const stats = await fstat((stream as ReadStream & { fd: number }).fd, { bigint: true })
+  // A descriptor number is reused once closed: the stream must still own it when its stats come back.
+  if (stream.destroyed) throw new Error('the stream closed its file')
+  return stats
 }
 
 /**
@@ -101,13 +114,13 @@ export class FileDigests {
     const entry = this.#recall(version)
     const known = entry?.settled === true ? entry.values : undefined
     const missing = algorithms.filter((algorithm) => known?.has(algorithm) !== true)
-    if (missing.length === 0) return { values: known as FileDigestValues, remember: () => {} }
     // Kept only if the file was not changed while it was read: it has the same version after.
     const remember = (values: FileDigestValues): void => {
       stat(file.path, { bigint: true }).then((after) => {
         if (versionOf(after) === versionOf(stats)) this.#remember(version, values, settled(stats, since))
       }, () => {})
     }
+    if (missing.length === 0) return { values: known as FileDigestValues, remember }
     // A version seen before, but too recent to be trusted then, is hashed again whatever its size.
     if (!mustHash && entry === undefined && stats.size > this.#limits.hashBeforeSending) return { values: null, remember }
     const hashed = await this.#hash(file.path, stats, missing, codings).catch(() => null)
@@ -137,23 +150,23 @@ export class FileDigests {
     return values
   }
 
-  /** Hashes the file through a descriptor of its own, if it still is the version named. */
+  /** Hashes the file through a descriptor of its own: null unless it still is the version of `stats` after. */
   async #hash (path: string, stats: BigIntStats, algorithms: readonly Algorithm[], codings: readonly string[]):
   Promise<Map<Algorithm, Buffer> | null> {
     const handle = await open(path, 'r')
     try {
-      const same = async (): Promise<boolean> => versionOf(await handle.stat({ bigint: true })) === versionOf(stats)
-      if (!await same()) return null
       const hasher = digestsOf(codings, algorithms)
       const buffer = Buffer.allocUnsafe(chunkSize)
       for (let position = 0; ;) {
         const { bytesRead } = await handle.read(buffer, 0, chunkSize, position)
         if (bytesRead === 0) break
         position += bytesRead
-        if (!hasher.write(buffer.subarray(0, bytesRead))) await new Promise<void>((resolve) => hasher.whenDrained(resolve))
+        hasher.write(buffer.subarray(0, bytesRead))
+        await new Promise<void>((resolve) => hasher.whenDrained(resolve))
       }
       const result = await new Promise<Map<Algorithm, Buffer> | null>((resolve) => hasher.end(resolve))
-      return result !== null && await same() ? result : null
+      const after = await handle.stat({ bigint: true })
+      return versionOf(after) === versionOf(stats) ? result : null
     } finally {
       await handle.close()
     }

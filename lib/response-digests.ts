@@ -150,8 +150,8 @@ function hashWhileSending (payload: Readable, codings: readonly string[], algori
   let values: Values | null = null
   const hashing = new Transform({
     transform (chunk: Buffer, _encoding, callback) {
-      if (digests.write(chunk)) callback(null, chunk)
-      else digests.whenDrained(() => callback(null, chunk))
+      digests.write(chunk)
+      digests.whenDrained(() => callback(null, chunk))
     },
     flush (callback) {
       digests.end((result) => {

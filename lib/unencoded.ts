@@ -140,8 +140,8 @@ export class UnencodedHasher {
 
 /** Takes bytes in and gives their digests, with content codings removed or as they are. */
 export interface ContentDigests {
-  /** Takes a chunk (copied if it must be kept); false when the caller should wait for `whenDrained`. */
-  write (chunk: Buffer): boolean
+  /** Takes a chunk (copied if it must be kept); the caller waits for `whenDrained` before the next. */
+  write (chunk: Buffer): void
   whenDrained (callback: () => void): void
   /** The digests, or null when the bytes do not decode. */
   end (callback: (digests: Map<Algorithm, Buffer> | null) => void): void
@@ -157,7 +157,6 @@ export function digestsOf (codings: readonly string[], algorithms: readonly Algo
     return {
       write (chunk) {
         for (const hash of hashes) hash.update(chunk)
-        return true
       },
       whenDrained: (callback) => callback(),
       end: (callback) => callback(new Map(algorithms.map((algorithm, i) => [algorithm, (hashes[i] as Hash).digest()])))
@@ -165,7 +164,7 @@ export function digestsOf (codings: readonly string[], algorithms: readonly Algo
   }
   const hasher = new UnencodedHasher(codings, algorithms, Number.MAX_SAFE_INTEGER)
   return {
-    write: (chunk) => hasher.write(chunk),
+    write: (chunk) => { hasher.write(chunk) },
     whenDrained: (callback) => hasher.whenDrained(callback),
     end: (callback) => hasher.end((result) => callback(result instanceof Map ? result : null))
   }

@@ -5,12 +5,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { brotliCompressSync, brotliDecompressSync, gunzipSync, gzipSync, inflateSync } from 'node:zlib'
 import t from 'tap'
-import Fastify, { type FastifyInstance } from 'fastify'
+import Fastify from 'fastify'
 import fastifyCompress from '@fastify/compress'
 import fastifyStatic from '@fastify/static'
 import { request } from 'undici'
 import fastifyDigestFields, { staticFileDigests, type FastifyDigestFieldsOptions } from '../lib/index.js'
-import { fuzzSeed, listen, seededBytes } from './helpers.js'
+import { fuzzSeed, listen, seededBytes, type Tap } from './helpers.js'
 
 // Static files with their digests in the header section (response-digests.md): @fastify/static 10
 // with staticFileDigests(), checked against `openssl dgst` of the file on disk and zlib's decoding
@@ -35,7 +35,7 @@ writeFileSync(join(root, 'coded.js'), small)
 writeFileSync(join(root, 'coded.js.br'), brotliCompressSync(small))
 writeFileSync(join(root, 'coded.js.gz'), gzipSync(small))
 
-async function server (t: Parameters<Parameters<typeof t.test>[1]>[0], options: FastifyDigestFieldsOptions = {},
+async function server (t: Tap, options: FastifyDigestFieldsOptions = {},
   compress: 'none' | 'before' | 'after' = 'none', staticOptions: object = {}): Promise<string> {
   const app = Fastify()
   if (compress === 'before') await app.register(fastifyCompress, { threshold: 0 })
@@ -186,7 +186,7 @@ t.test('the cache holds at most fileDigests.maxEntries versions, and a dropped o
     }
   }
   for (const fileDigests of [{ maxEntries: -1 }, { hashBeforeSending: 1.5 }, { size: 1 }, 'all']) {
-    await t.rejects(Fastify().register(fastifyDigestFields, { fileDigests } as never).ready(), { code: 'FST_DIGEST_FIELDS_INVALID_OPTION' }, JSON.stringify(fileDigests))
+    await t.rejects(async () => { await Fastify().register(fastifyDigestFields, { fileDigests } as never) }, { code: 'FST_DIGEST_FIELDS_INVALID_OPTION' }, JSON.stringify(fileDigests))
   }
 })
 
