@@ -58,9 +58,11 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
       return reply.code(201).send({ name: request.params.name, verified: describe(request.digest) })
     })
 
-    // Streams a stored file (and, through Fastify's HEAD route, its headers alone), with the digest
-    // stored at upload as Repr-Digest when the client asks for it.
+    // Streams a stored file (and, through Fastify's HEAD route, its headers alone) with the digest
+    // stored at upload as Unencoded-Digest, which browsers check, and as Repr-Digest when the
+    // client asks for it.
     uploads.get('/uploads/:name', {
+      config: { digest: { responseDigests: ['unencoded-digest'] } },
       schema: { params: { type: 'object', properties: { name: fileName }, required: ['name'] } }
     }, async (request, reply) => {
       const digests = stored.get(request.params.name)

@@ -167,15 +167,18 @@ function hashWhileSending (payload: Readable, codings: readonly string[], algori
 }
 
 /**
- * The algorithm of Unencoded-Digest for this response, as for the other fields: asked for with
- * Want-Unencoded-Digest, or sent unasked (`responseDigests`, `integritySignatures`, a served file).
+ * The algorithm of Unencoded-Digest for this response, chosen as for Repr-Digest: asked for with
+ * Want-Unencoded-Digest, or sent unasked (`responseDigests`, `integritySignatures`, a served file),
+ * a supplied digest winning whenever it is acceptable.
  */
-function unencodedAlgorithm (settings: Settings, request: FastifyRequest, reply: DigestReply): Algorithm | null {
+function unencodedAlgorithm (settings: Settings, request: FastifyRequest, reply: DigestReply,
+  isSupplied: (algorithm: Algorithm) => boolean): Algorithm | null {
   const want = preferencesOf(request.headers['want-unencoded-digest'])
-  if (want !== null) return chosen(settings, want, () => true)
+  if (want !== null) return chosen(settings, want, isSupplied) ?? chosen(settings, want, () => true)
   const unasked = settings.signer !== null || settings.responseDigests.includes('unencoded-digest') ||
     reply[kServedFile]?.fields.includes('unencoded-digest') === true
-  return unasked ? settings.algorithms.values().next().value as Algorithm : null
+  if (!unasked) return null
+  return [...settings.algorithms.values()].find(isSupplied) ?? settings.algorithms.values().next().value as Algorithm
 }
 
 /**
@@ -186,16 +189,18 @@ function unencodedAlgorithm (settings: Settings, request: FastifyRequest, reply:
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
   return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
     if (payload instanceof ReadStream || reply[kServedFile] != null) reply[kFilePayload] = payload
-    const algorithm = unencodedAlgorithm(settings, request, reply)
     const covers = coverage(request, reply.statusCode)
     const codings = codingsOfReply(reply)
+    // A supplied digest is of the representation as the handler sent it: unencoded if uncoded.
+    const supplied = codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null
+    const algorithm = unencodedAlgorithm(settings, request, reply, (known) => supplied?.[known.key] !== undefined)
     if (algorithm === null || covers.repr === 'none' || codings === null) {
       done(null, payload)
       return
     }
-    const supplied = reply[kSuppliedDigests]?.[algorithm.key]
-    if (codings.length === 0 && supplied !== undefined) {
-      reply[kUnencodedDigest] = { algorithm, digests: { now: new Map([[algorithm, supplied]]) } }
+    const value = supplied?.[algorithm.key]
+    if (value !== undefined) {
+      reply[kUnencodedDigest] = { algorithm, digests: { now: new Map([[algorithm, value]]) } }
       done(null, payload)
       return
     }

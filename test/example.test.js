@@ -181,6 +181,7 @@ t.test('a download answers Want-Repr-Digest with the digest stored at upload, GE
   const download = await request(`${url}/uploads/kept.bin`, { headers: { 'want-repr-digest': 'sha-512=5' } })
   t.equal(download.statusCode, 200)
   t.equal(download.headers['repr-digest'], sha512(body), 'the stored digest, in the header section: no hashing')
+  t.equal(download.headers['unencoded-digest'], sha512(body), 'sent unasked, for browsers: the stored digest too')
   t.ok(Buffer.from(await download.body.arrayBuffer()).equals(body))
   const head = await request(`${url}/uploads/kept.bin`, { method: 'HEAD', headers: { 'want-repr-digest': 'sha-512=5' } })
   t.equal(head.headers['repr-digest'], sha512(body))

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import { createReadStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { createReadStream, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
@@ -140,4 +140,15 @@ t.test('a content coding the plugin cannot remove, or content that does not deco
   t.equal(Buffer.from(await response.body.arrayBuffer()).toString(), 'not gzip', 'the content is sent as it is')
   t.notOk('unencoded-digest' in response.trailers)
   t.equal(response.trailers['content-digest'], sha256('not gzip'))
+})
+
+t.test('a file stream opened from a descriptor has no path to know the file by: it is hashed as it is sent', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields, { responseDigests: ['unencoded-digest'] })
+  app.get('/fd', async (_request, reply) => reply.send(createReadStream('', { fd: openSync(filePath, 'r') })))
+  t.teardown(() => app.close())
+  const response = await request(`http://127.0.0.1:${await listen(app)}/fd`)
+  t.equal(Buffer.from(await response.body.arrayBuffer()).toString(), fileContent)
+  t.notOk('unencoded-digest' in response.headers)
+  t.equal(response.trailers['unencoded-digest'], sha256(fileContent))
 })
