@@ -66,7 +66,7 @@ t.test('a small file carries all three digests in the header section from its fi
   }
 })
 
-t.test("a large file streams its first response with trailer digests and carries them in the header section from its second", async (t) => {
+t.test('a large file streams its first response with trailer digests and carries them in the header section from its second', async (t) => {
   const base = await server(t, { fileDigests: { hashBeforeSending: 64 * 1024 } })
   const first = await get(`${base}/large.txt`)
   t.equal(first.body.toString(), large)

@@ -1,9 +1,12 @@
-import Fastify, { type FastifyContextConfig, type FastifyPluginAsync, type RouteShorthandOptions } from 'fastify'
+import { generateKeyPairSync } from 'node:crypto'
+import type { Stats } from 'node:fs'
+import Fastify, { type FastifyContextConfig, type FastifyPluginAsync, type FastifyReply, type RouteShorthandOptions } from 'fastify'
 import { expectAssignable, expectError, expectNotAssignable, expectType } from 'tsd'
 import fastifyDigestFields, {
   digestProblemSchemas,
   DigestProblem,
   fastifyDigestFields as named,
+  staticFileDigests,
   type DigestProblemDocument,
   type DigestRouteOptions,
   type DraftProblemDocument,
@@ -30,6 +33,16 @@ app.register(fastifyDigestFields, {
 expectError(app.register(fastifyDigestFields, { problemTypes: 'draft-06' }))
 app.register(fastifyDigestFields, { responseDigests: ['repr-digest', 'content-digest'] })
 expectError(app.register(fastifyDigestFields, { responseDigests: ['digest'] }))
+app.register(fastifyDigestFields, { responseDigests: ['unencoded-digest'], fileDigests: { hashBeforeSending: 1024, maxEntries: 10 } })
+app.register(fastifyDigestFields, { integritySignatures: { privateKey: generateKeyPairSync('ed25519').privateKey } })
+app.register(fastifyDigestFields, { integritySignatures: { privateKey: '-----BEGIN PRIVATE KEY-----' } })
+expectError(app.register(fastifyDigestFields, { integritySignatures: { key: 'pem' } }))
+expectError(app.register(fastifyDigestFields, { fileDigests: { hashBeforeSending: '4 MiB' } }))
+app.get('/unsigned', { config: { digest: { integritySignatures: false, responseDigests: ['unencoded-digest'] } } }, async () => 'ok')
+expectError(app.get('/x', { config: { digest: { fileDigests: { maxEntries: 1 } } } satisfies FastifyContextConfig }, async () => 'ok'))
+const setHeaders = staticFileDigests({ responseDigests: ['unencoded-digest'], setHeaders: (reply, path, stat) => { reply.header('x-size', stat.size); expectType<string>(path) } })
+expectType<(reply: FastifyReply, path: string, stat: Stats) => void>(setHeaders)
+expectError(staticFileDigests({ responseDigests: ['digest'] }))
 app.get('/download', async (_request, reply) => {
   expectType<typeof reply>(reply.reprDigest({ 'sha-256': Buffer.alloc(32) }))
   expectError(reply.reprDigest({ crc32c: Buffer.alloc(4) }))
