@@ -69,8 +69,8 @@ async function load (options) {
  * (about `seconds` worth), and the rate is that count over the measured run's own wall time: a few
  * large bodies a second are then not rounded to whole requests, nor cut off in flight at the end.
  */
-export async function requestsPerSecond ({ server, path, headers, body, connections, pipelining, warmup, seconds }) {
-  const options = { url: server.url + path, method: 'POST', headers, body, connections, pipelining }
+export async function requestsPerSecond ({ server, method = 'POST', path, headers, body, connections, pipelining, warmup, seconds }) {
+  const options = { url: server.url + path, method, headers, body, connections, pipelining }
   const calibration = await load({ ...options, duration: warmup })
   const amount = Math.max(connections * pipelining * 4, Math.round(calibration.requests.total / warmup * seconds))
   const before = await server.stats()
@@ -165,4 +165,18 @@ export async function undiciDownload (url, intercepted, mib) {
   await agent.close()
   if (bytes !== mib * 1024 * 1024 || response.trailers['repr-digest'] === undefined) throw new Error(`download of ${bytes} bytes`)
   return { cpu: (used.user + used.system) / 1e6 }
+}
+
+/** GETs each of `paths` once, `concurrency` at a time, reading every body to its end. */
+export async function getEach (url, paths, concurrency) {
+  const { request: get } = await import('undici')
+  const queue = [...paths]
+  const worker = async () => {
+    for (let path = queue.shift(); path !== undefined; path = queue.shift()) {
+      const response = await get(url + path)
+      if (response.statusCode !== 200) throw new Error(`${path}: ${response.statusCode}`)
+      await response.body.dump()
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, worker))
 }

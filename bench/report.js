@@ -118,6 +118,22 @@ function downloadSection ({ bytes, samples }) {
   return table(['algorithm', 'extra server CPU s/GiB', 'createHash alone s/GiB', 'ratio'], rows)
 }
 
+export function staticSection ({ fileBytes, count, samples }) {
+  const plain = '@fastify/static'
+  const digests = '@fastify/static + staticFileDigests()'
+  const first = (name) => samples[name].map((sample) => sample.first)
+  const rows = [plain, digests].map((name) => [
+    name,
+    show(spread(first(name)), 0),
+    name === plain ? '–' : times(ratios(first(name), first(plain))),
+    show(spread(rpsOf(samples, name)), 0),
+    show(spread(cpuOf(samples, name)), 1),
+    name === plain ? '–' : `${times(ratios(rpsOf(samples, name), rpsOf(samples, plain)))} requests/s, ${times(ratios(cpuOf(samples, plain), cpuOf(samples, name)))} by CPU`
+  ])
+  return `${count} files of ${sizeName(fileBytes)}, each requested once by a fresh server (first requests, 8 at a time), then one of them for the measured run (later requests, 50 connections).\n\n` +
+    table(['configuration', 'server CPU µs per first request', 'ratio', 'later requests/s', 'server CPU µs per later request', 'later, per-round ratio to @fastify/static alone'], rows)
+}
+
 export function clientSection ({ bytes, downloadBytes, samples }) {
   const plain = 'undici'
   const intercepted = 'undici + digestInterceptor'
@@ -197,7 +213,7 @@ async function keptNotes () {
   return start !== -1 && end > start ? previous.slice(start, end + notesEnd.length) : `${notesStart}\n${notesEnd}`
 }
 
-export async function writeReport ({ started, settings, small, pipelined, large, downloads, sizes, client }) {
+export async function writeReport ({ started, settings, small, pipelined, large, downloads, sizes, client, static: files }) {
   const version = (name) => require(`${name}/package.json`).version
   const smallPart = smallSection(small)
   const pipelinedPart = smallSection(pipelined)
@@ -269,6 +285,15 @@ trailer section; extra server CPU over the same download without the field, agai
 \`createHash\` alone over the same bytes in the 1 MiB blocks the route sends.
 
 ${downloadSection(downloads)}
+
+## Static files with their digests
+
+\`@fastify/static\` serving JavaScript files, alone and with \`staticFileDigests()\`: every response
+of the second carries \`Repr-Digest\`, \`Content-Digest\` and \`Unencoded-Digest\` (sha-256) in the
+header section. A first request of a file hashes it before sending; later requests find its
+digests in the file digest cache.
+
+${staticSection(files)}
 
 ## The client interceptor
 

@@ -4,18 +4,21 @@
 // taskset can pin them; every comparison is a ratio taken within a round, reported as the median
 // of the rounds with their range.
 // BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB lengthen or shorten it, BENCH_SEED replays an
-// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads,client runs some parts and prints
+// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads,static,client runs some parts and prints
 // their samples without writing the report.
 import { randomBytes } from 'node:crypto'
-import { download, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
-import { clientSection, writeReport } from './report.js'
+import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { download, getEach, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
+import { clientSection, staticSection, writeReport } from './report.js'
 import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
 const seconds = Number(process.env.BENCH_SECONDS ?? 5)
 const uploadMiB = Number(process.env.BENCH_UPLOAD_MIB ?? 1024)
 const seed = benchSeed
-const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads,client').split(',')
+const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads,static,client').split(',')
 const KiB = 1024
 const MiB = 1024 * KiB
 const log = (line) => process.stderr.write(line + '\n')
@@ -36,8 +39,8 @@ async function measureRounds (label, names, measure) {
   return samples
 }
 
-async function withServer (variant, use) {
-  const server = await startServer(variant)
+async function withServer (variant, use, env) {
+  const server = await startServer(variant, env)
   try {
     return await use(server)
   } finally {
@@ -140,6 +143,37 @@ async function downloads () {
   return { bytes: uploadMiB * MiB, samples }
 }
 
+// Static files: @fastify/static alone, and with the plugin sending the three digests of every file
+// in the header section. A first request of a file hashes it (each server process starts with an
+// empty cache, and requests every file once); later requests of one file find its digests kept.
+async function staticFiles () {
+  const fileBytes = 64 * KiB
+  const count = 400
+  const root = await mkdtemp(join(tmpdir(), 'bench-static-'))
+  try {
+    const paths = []
+    for (let i = 0; i < count; i++) {
+      await writeFile(join(root, `asset-${i}.js`), randomBytes(fileBytes / 2).toString('hex'))
+      paths.push(`/static/asset-${i}.js`)
+    }
+    // The cache trusts a version 2 s after its last change (file-digests.ts): wait for the clock.
+    const settledAt = Number((await stat(join(root, `asset-${count - 1}.js`))).ctimeMs) + 2100
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, settledAt - Date.now())))
+    const configs = { '@fastify/static': 'static', '@fastify/static + staticFileDigests()': 'static-digests' }
+    const samples = await measureRounds('static', Object.keys(configs), (name) => withServer(configs[name], async (server) => {
+      const before = await server.stats()
+      await getEach(server.url, paths, 8)
+      const after = await server.stats()
+      const first = (after.cpu - before.cpu) / count * 1e6
+      const later = await requestsPerSecond({ server, method: 'GET', path: paths[0], headers: {}, connections: 50, pipelining: 1, warmup: 2, seconds })
+      return { first, ...later }
+    }, { ...process.env, BENCH_STATIC_ROOT: root }))
+    return { fileBytes, count, samples }
+  } finally {
+    await rm(root, { recursive: true, force: true })
+  }
+}
+
 // The interceptor's cost in the client process (this one): both configurations send the server the
 // same requests, the plain one with the Content-Digest the interceptor would add written in, and
 // download with the same Want-Repr-Digest, which the interceptor checks in the trailer section.
@@ -169,12 +203,14 @@ if (parts.includes('pipelined')) results.pipelined = await smallRequests(10)
 if (parts.includes('sweep')) results.sizes = await sweep()
 if (parts.includes('uploads')) results.large = await uploads()
 if (parts.includes('downloads')) results.downloads = await downloads()
+if (parts.includes('static')) results.static = await staticFiles()
 if (parts.includes('client')) results.client = await client()
 
 if (process.env.BENCH_ONLY) {
   for (const [part, result] of Object.entries(results)) log(`${part}: ${JSON.stringify(result)}`)
   // The client section as the full report writes it.
   if (results.client !== undefined) log(clientSection(results.client))
+  if (results.static !== undefined) log(staticSection(results.static))
 } else {
   await writeReport({ started, settings: { rounds, seconds, uploadMiB, seed, pinned }, ...results })
 }

@@ -4,7 +4,9 @@
 // - raw-body: what a user writes by buffering, fastify-raw-body plus httpbis-digest-headers'
 //   verifyContentDigest in a preHandler;
 // - streaming: what a user writes with streams, a preParsing hook that pipes the payload through
-//   createHash and fails at its end on a mismatch.
+//   createHash and fails at its end on a mismatch;
+// - static: @fastify/static alone, serving BENCH_STATIC_ROOT under /static/;
+// - static-digests: the same with the plugin and staticFileDigests().
 // It reports its port, then its CPU time and peak RSS whenever asked, to the parent over IPC.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
@@ -52,6 +54,15 @@ if (variant === 'plugin') {
     payload.on('error', (error) => verified.destroy(error))
     done(null, payload.pipe(verified))
   })
+} else if (variant === 'static' || variant === 'static-digests') {
+  const { default: fastifyStatic } = await import('@fastify/static')
+  const options = { root: process.env.BENCH_STATIC_ROOT, prefix: '/static/' }
+  if (variant === 'static-digests') {
+    const { default: fastifyDigestFields, staticFileDigests } = await import(process.env.BENCH_PLUGIN ?? 'fastify-digest-fields')
+    await app.register(fastifyDigestFields)
+    options.setHeaders = staticFileDigests()
+  }
+  await app.register(fastifyStatic, options)
 } else if (variant !== 'bare') {
   throw new Error(`unknown variant ${variant}`)
 }

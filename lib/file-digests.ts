@@ -76,10 +76,22 @@ async function opening (stream: ReadStream): Promise<void> {
   })
 }
 
+// A response's two hooks ask for the same stream's file: its stats are read once.
+const streamStats = new WeakMap<ReadStream, Promise<BigIntStats>>()
+
 /** The stats of the file a stream reads (its own descriptor, once open), or of the path. */
 async function statsOf (file: FileRef): Promise<BigIntStats> {
   const stream = file.stream
   if (stream === undefined) return await stat(file.path, { bigint: true })
+  let stats = streamStats.get(stream)
+  if (stats === undefined) {
+    stats = streamStatsOf(stream)
+    streamStats.set(stream, stats)
+  }
+  return await stats
+}
+
+async function streamStatsOf (stream: ReadStream): Promise<BigIntStats> {
   if (stream.pending) await opening(stream)
   const stats = await fstat((stream as ReadStream & { fd: number }).fd, { bigint: true })
   // A descriptor number is reused once closed: the stream must still own it when its stats come back.

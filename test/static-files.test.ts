@@ -10,7 +10,7 @@ import fastifyCompress from '@fastify/compress'
 import fastifyStatic from '@fastify/static'
 import { request } from 'undici'
 import fastifyDigestFields, { staticFileDigests, type FastifyDigestFieldsOptions } from '../lib/index.js'
-import { fuzzSeed, listen, seededBytes, type Tap } from './helpers.js'
+import { fuzzSeed, h2Request, listen, seededBytes, type Tap } from './helpers.js'
 
 // Static files with their digests in the header section (response-digests.md): @fastify/static 10
 // with staticFileDigests(), checked against `openssl dgst` of the file on disk and zlib's decoding
@@ -214,4 +214,23 @@ t.test('a settled file is hashed once: later responses read it only to send it',
     t.equal(later.headers['content-length'], String(statSync(join(fixtures, 'app.js')).size))
   }
   t.equal(opened.length, 1, 'and never again')
+})
+
+t.test('over HTTP/2: the same header-section digests, and a signed file', async (t) => {
+  const { generateKeyPairSync } = await import('node:crypto')
+  const app = Fastify({ http2: true })
+  await app.register(fastifyDigestFields, { integritySignatures: { privateKey: generateKeyPairSync('ed25519').privateKey } })
+  await app.register(fastifyCompress, { threshold: 0 })
+  await app.register(fastifyStatic, { root, setHeaders: staticFileDigests() })
+  t.teardown(() => app.close())
+  const port = await listen(app)
+  const plain = await h2Request(port, { ':path': '/small.txt' })
+  t.equal(plain.body, small)
+  t.equal(plain.headers['content-length'], String(small.length))
+  for (const name of ['repr-digest', 'content-digest', 'unencoded-digest']) t.equal(plain.headers[name], openssl(join(root, 'small.txt')), name)
+  t.match(plain.headers['signature-input'], /^sig=\("unencoded-digest";sf\);keyid="[A-Za-z0-9+/]{43}=";tag="ed25519-integrity"$/)
+  const coded = await h2Request(port, { ':path': '/small.txt', 'accept-encoding': 'gzip' })
+  t.equal(coded.headers['content-encoding'], 'gzip')
+  t.equal(coded.headers['unencoded-digest'], openssl(join(root, 'small.txt')), 'before the coding, in the header section')
+  t.ok(coded.headers.signature, 'so it is signed')
 })
