@@ -169,7 +169,9 @@ export class FileDigests {
     try {
       const hasher = digestsOf(codings, algorithms)
       const buffer = Buffer.allocUnsafe(chunkSize)
-      for (let position = 0; ;) {
+      // Up to the size the version has: a file that grew or shrank meanwhile is another version.
+      let position = 0
+      while (position < stats.size) {
         const { bytesRead } = await handle.read(buffer, 0, chunkSize, position)
         if (bytesRead === 0) break
         position += bytesRead
@@ -178,7 +180,7 @@ export class FileDigests {
       }
       const result = await new Promise<Map<Algorithm, Buffer> | null>((resolve) => hasher.end(resolve))
       const after = await handle.stat({ bigint: true })
-      return versionOf(after) === versionOf(stats) ? result : null
+      return BigInt(position) === stats.size && versionOf(after) === versionOf(stats) ? result : null
     } finally {
       await handle.close()
     }

@@ -111,3 +111,23 @@ t.test('a large file is left to be hashed as it is sent, and remembered only if 
   const after = await files.digests({ path }, [sha256], [], true)
   t.same(after?.values?.get(sha256), createHash('sha256').update(Buffer.alloc(4096, 2)).digest(), 'the file as it is now')
 })
+
+t.test('a file that ends before its size, as read, gives nothing', async (t) => {
+  const real = await import('node:fs/promises')
+  const { FileDigests: Shortened } = await t.mockImport<typeof import('../lib/file-digests.js')>('../lib/file-digests.js', {
+    'node:fs/promises': {
+      ...real,
+      open: async (...args: Parameters<typeof real.open>) => {
+        const handle = await real.open(...args)
+        // Reads as if the file had been cut after its first 10 bytes.
+        const read = handle.read.bind(handle)
+        return Object.assign(handle, {
+          read: async (buffer: Buffer, offset: number, length: number, position: number) =>
+            position >= 10 ? { bytesRead: 0, buffer } : await read(buffer, offset, Math.min(length, 10 - position), position)
+        })
+      }
+    }
+  })
+  const path = file('shortened.txt', 'twenty bytes of text')
+  t.equal(await new Shortened(limits).digests({ path }, [sha256], [], false), null)
+})
