@@ -100,15 +100,16 @@ function codingsOfReply (reply: FastifyReply): string[] | null {
 }
 
 /**
- * The file a response serves: a stream reading one, or the file staticFileDigests() marked
- * (a HEAD or 304 response sends none), as the route's first onSend hook saw it, and only while no
- * later hook (@fastify/compress) has replaced the payload.
+ * The file a response serves, as the route's first onSend hook saw it, and only while no later
+ * hook (@fastify/compress) has replaced the payload: a stream reading one, or, for a HEAD or 304
+ * answer that sends none, the file staticFileDigests() marked.
  */
 function fileOf (reply: DigestReply, payload: unknown): FileRef | null {
   if (reply[kFilePayload] !== payload) return null
   if (payload instanceof ReadStream && typeof payload.path === 'string') return { path: payload.path, stream: payload }
   const served = reply[kServedFile]
-  return served == null ? null : { path: served.path }
+  const sendsNone = reply.request.method === 'HEAD' || reply.statusCode === 304
+  return served != null && sendsNone ? { path: served.path } : null
 }
 
 /**

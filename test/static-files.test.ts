@@ -234,3 +234,15 @@ t.test('over HTTP/2: the same header-section digests, and a signed file', async 
   t.equal(coded.headers['unencoded-digest'], openssl(join(root, 'small.txt')), 'before the coding, in the header section')
   t.ok(coded.headers.signature, 'so it is signed')
 })
+
+t.test('a hook that changes a served file\'s bytes: the digests are of the bytes it sends instead', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  // A global onSend hook runs before the route's own: it replaces the file stream with other bytes.
+  app.addHook('onSend', async (_request, reply, payload) => reply.statusCode === 200 && payload !== null ? 'rewritten' : payload)
+  await app.register(fastifyStatic, { root, setHeaders: staticFileDigests() })
+  t.teardown(() => app.close())
+  const response = await get(`http://127.0.0.1:${await listen(app)}/small.txt`)
+  t.equal(response.body.toString(), 'rewritten')
+  for (const name of ['repr-digest', 'content-digest', 'unencoded-digest']) t.equal(response.headers[name], sha256('rewritten'), name)
+})
