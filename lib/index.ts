@@ -1,6 +1,7 @@
 // fastify-digest-fields: RFC 9530 digest fields on a Fastify server. Where a request goes:
 //   onRoute        the route's settings, normalized once (options.ts); the response hook and the
 //                  error handler that answers problems are added to the route
+//   arrival        Expect: 100-continue answered only once the content is read (continue.ts)
 //   onRequest      judgeContentAtSource: fields judged before any content (fields.ts, findings.ts);
 //                  request.raw taken over (request-verification.ts, verifier.ts, source.ts)
 //   as it arrives  each chunk hashed (content-hashes.ts, unencoded.ts), the tail held back
@@ -32,6 +33,7 @@ import { DigestProblem } from './problems.js'
 import { TrailerWatch, verifyRequest, watchTrailers } from './request-verification.js'
 import { findUnencodedDigest, responseDigests, type SuppliedDigests } from './response-digests.js'
 import { FileDigests } from './file-digests.js'
+import { deferContinue } from './continue.js'
 import {
   kAnswersProblems,
   kFilePayload,
@@ -110,6 +112,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     }
     return defaults
   }
+
+  deferContinue(fastify.server)
 
   // A second registration in a child scope sets that scope's defaults: its onRoute hook runs after
   // the parent's, and the first onRequest hook to see a request does the work.
