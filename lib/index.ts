@@ -34,6 +34,7 @@ import { TrailerWatch, verifyRequest, watchTrailers } from './request-verificati
 import { findUnencodedDigest, responseDigests, type SuppliedDigests } from './response-digests.js'
 import { FileDigests } from './file-digests.js'
 import { deferContinue } from './continue.js'
+import { digestVerdict, VerifiedFiles } from './commit.js'
 import {
   kAnswersProblems,
   kFilePayload,
@@ -42,7 +43,8 @@ import {
   kSendDigests,
   kServedFile,
   kSuppliedDigests,
-  kUnencodedDigest
+  kUnencodedDigest,
+  kVerifiedFiles
 } from './symbols.js'
 import { declaredBeforeRegistration } from './warnings.js'
 import { lookupAlgorithm } from './algorithms.js'
@@ -66,7 +68,7 @@ export {
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
 type RouteConfig = FastifyContextConfig & { [kRouteSettings]?: Settings | null }
-type DigestRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null }
+type DigestRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null, [kVerifiedFiles]?: VerifiedFiles | null }
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
@@ -120,6 +122,11 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   if (!fastify.hasRequestDecorator('digest')) {
     fastify.decorateRequest('digest', null)
     fastify.decorateRequest(kPendingContent, null)
+    fastify.decorateRequest(kVerifiedFiles, null)
+    fastify.decorateRequest('digestVerdict', function (this: FastifyRequest) { return digestVerdict(this) })
+    fastify.decorateRequest('verifiedFiles', function (this: DigestRequest) {
+      return (this[kVerifiedFiles] ??= new VerifiedFiles(this))
+    })
     fastify.decorateReply(kSuppliedDigests, null)
     fastify.decorateReply(kServedFile, null)
     fastify.decorateReply(kUnencodedDigest, null)
@@ -207,6 +214,12 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     }
     verifyRequest(request, reply, settings, settingsOf, (pending) => { request[kPendingContent] = pending }, done)
   })
+
+  // Files saved with request.verifiedFiles() and not committed are removed once the answer is
+  // sent, or the client is gone.
+  const discardUncommitted = async (request: DigestRequest): Promise<void> => { await request[kVerifiedFiles]?.discard() }
+  fastify.addHook('onResponse', discardUncommitted)
+  fastify.addHook('onRequestAbort', discardUncommitted)
 
   // After the parser: a parser that took part of the content and handed no stream on (one that
   // sniffs the first chunk) must not let any later hook or the handler act on content whose

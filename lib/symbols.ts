@@ -20,3 +20,5 @@ export const kServedFile = Symbol('fastify-digest-fields.served-file')
 export const kUnencodedDigest = Symbol('fastify-digest-fields.unencoded-digest')
 /** On a reply: the payload as the route's first onSend hook saw it, when it serves a file. */
 export const kFilePayload = Symbol('fastify-digest-fields.file-payload')
+/** On a request: the files saved with request.verifiedFiles(), removed unless committed. */
+export const kVerifiedFiles = Symbol('fastify-digest-fields.verified-files')

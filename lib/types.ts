@@ -98,6 +98,20 @@ export interface FastifyDigestFieldsOptions extends DigestRouteOptions {
 /** The integrity field names, as Node spells request header names. */
 export type DigestFieldName = 'content-digest' | 'repr-digest' | 'unencoded-digest'
 
+/** `request.verifiedFiles()`: files committed only once the whole request verified. */
+export interface VerifiedFiles {
+  /** Writes `content` to a temporary file beside `destination`; resolves once written, removes it on failure. */
+  save (content: import('node:stream').Readable, destination: string): Promise<void>
+  /**
+   * Waits for the verdict, then renames every saved file to its destination and resolves with
+   * what was verified; on a failure removes them and rejects with the problem, which Fastify
+   * answers when the handler lets it through.
+   */
+  commit (): Promise<VerifiedDigest | null>
+  /** Removes the saved files; the plugin does it once the response is sent, unless they were committed. */
+  discard (): Promise<void>
+}
+
 /** What the plugin verified about the request content, on `request.digest`. */
 export interface VerifiedDigest {
   /** The integrity fields whose values were checked, from the header or the trailer section. */
@@ -143,6 +157,14 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set once the content has been verified against its integrity fields; `null` otherwise. */
     digest: VerifiedDigest | null
+    /**
+     * Reads the content to its end (discarding what no reader takes) and resolves with what was
+     * verified, or null when it carried no integrity field; rejects with the `DigestProblem` of a
+     * failure, or the error of an aborted request.
+     */
+    digestVerdict (): Promise<VerifiedDigest | null>
+    /** Saves files beside their destinations and moves them into place only once the request verified. */
+    verifiedFiles (): VerifiedFiles
   }
   interface FastifyReply {
     /**
