@@ -1,10 +1,8 @@
 // An upload API that checks Content-Digest and Repr-Digest on every request: `npm start`.
-import { randomUUID } from 'node:crypto'
-import { createReadStream, createWriteStream, realpathSync } from 'node:fs'
-import { mkdtemp, rename, rm } from 'node:fs/promises'
+import { createReadStream, realpathSync } from 'node:fs'
+import { mkdtemp } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import fastifyDigestFields from 'fastify-digest-fields'
@@ -34,7 +32,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
 
   // Streaming: the content goes from request.raw to a temporary file of its own, whatever its
   // content type (this scope's only parser reads nothing), and the file is kept only when the
-  // stream ended with a verified digest. An integrity field is required here.
+  // whole request verified (request.verifiedFiles()). An integrity field is required here.
   await app.register(async (uploads) => {
     uploads.removeAllContentTypeParsers()
     uploads.addContentTypeParser('*', (_request, _payload, done) => done(null))
@@ -42,19 +40,16 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
       config: { digest: { required: true } },
       schema: { params: { type: 'object', properties: { name: fileName }, required: ['name'] } }
     }, async (request, reply) => {
-      const partial = join(uploadDir, `.${randomUUID()}.partial`)
-      try {
-        // The stream errors instead of ending when the digest does not match.
-        await pipeline(request.raw, createWriteStream(partial, { flags: 'wx' }))
-        // `required` lets an empty upload without an integrity field through: nothing was verified.
-        if (request.digest === null) {
-          return reply.code(400).send({ error: 'Bad Request', message: 'an upload must carry a Content-Digest or Repr-Digest field' })
-        }
-        await rename(partial, join(uploadDir, request.params.name))
-        stored.set(request.params.name, request.digest.values)
-      } finally {
-        await rm(partial, { force: true })
+      // Written beside its destination, and moved into place only once the content verified.
+      const files = request.verifiedFiles()
+      await files.save(request.raw, join(uploadDir, request.params.name))
+      // `required` lets an empty upload without an integrity field through: nothing was verified.
+      if (await request.digestVerdict() === null) {
+        await files.discard()
+        return reply.code(400).send({ error: 'Bad Request', message: 'an upload must carry a Content-Digest or Repr-Digest field' })
       }
+      await files.commit()
+      stored.set(request.params.name, request.digest.values)
       return reply.code(201).send({ name: request.params.name, verified: describe(request.digest) })
     })
 

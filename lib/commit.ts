@@ -1,6 +1,6 @@
 /** Committing only verified content: the verdict as a promise, and files moved into place only once it is in. */
 import { randomUUID } from 'node:crypto'
-import { createWriteStream } from 'node:fs'
+import { createWriteStream, type WriteStream } from 'node:fs'
 import { rename, rm } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
 import { finished, pipeline } from 'node:stream/promises'
@@ -21,14 +21,26 @@ export async function digestVerdict (request: FastifyRequest): Promise<VerifiedD
   return request.digest
 }
 
+interface Saved { readonly partial: string, readonly destination: string, readonly writer: WriteStream }
+
+async function removeSaved ({ partial, writer }: Saved): Promise<void> {
+  // A file still being opened would be created after it was removed: it is closed first.
+  if (!writer.closed) await new Promise<void>((resolve) => writer.once('close', () => resolve()).destroy())
+  await rm(partial, { force: true })
+}
+
 /** Files written beside their destinations, moved into place once the whole request verified. */
 export class VerifiedFiles implements VerifiedFilesApi {
   readonly #request: FastifyRequest
-  readonly #pending: Array<{ partial: string, destination: string }> = []
+  readonly #pending: Saved[] = []
   #settled = false
+  #removed: Promise<void> = Promise.resolve()
 
   constructor (request: FastifyRequest) {
     this.#request = request
+    // A client that leaves before its content ended leaves nothing behind. (A request stream also
+    // closes after its end, when the handler may still commit.)
+    request.raw.once('close', () => { if (!request.raw.complete) this.discard() })
   }
 
   /**
@@ -38,9 +50,10 @@ export class VerifiedFiles implements VerifiedFilesApi {
   async save (content: Readable, destination: string): Promise<void> {
     if (this.#settled) throw new Error('fastify-digest-fields: verifiedFiles: already committed or discarded')
     const partial = join(dirname(destination), `.${basename(destination)}.${randomUUID()}.partial`)
-    this.#pending.push({ partial, destination })
+    const writer = createWriteStream(partial, { flags: 'wx' })
+    this.#pending.push({ partial, destination, writer })
     try {
-      await pipeline(content, createWriteStream(partial, { flags: 'wx' }))
+      await pipeline(content, writer)
     } catch (error) {
       await this.discard()
       throw error
@@ -77,6 +90,9 @@ export class VerifiedFiles implements VerifiedFilesApi {
    */
   async discard (): Promise<void> {
     this.#settled = true
-    await Promise.all(this.#pending.splice(0).map(({ partial }) => rm(partial, { force: true })))
+    // Every caller waits for every removal so far: the plugin's hooks and a failed save() alike.
+    const removals = this.#pending.splice(0).map(removeSaved)
+    this.#removed = Promise.all([this.#removed, ...removals]).then(() => {})
+    await this.#removed
   }
 }

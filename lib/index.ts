@@ -215,11 +215,11 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     verifyRequest(request, reply, settings, settingsOf, (pending) => { request[kPendingContent] = pending }, done)
   })
 
-  // Files saved with request.verifiedFiles() and not committed are removed once the answer is
-  // sent, or the client is gone.
-  const discardUncommitted = async (request: DigestRequest): Promise<void> => { await request[kVerifiedFiles]?.discard() }
-  fastify.addHook('onResponse', discardUncommitted)
-  fastify.addHook('onRequestAbort', discardUncommitted)
+  // Files saved with request.verifiedFiles() and not committed are removed once the answer is sent
+  // (VerifiedFiles itself removes them when the client leaves mid-upload).
+  fastify.addHook('onResponse', async function discardUncommitted (request: DigestRequest) {
+    await request[kVerifiedFiles]?.discard()
+  })
 
   // After the parser: a parser that took part of the content and handed no stream on (one that
   // sniffs the first chunk) must not let any later hook or the handler act on content whose

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto'
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
+import { Readable } from 'node:stream'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
@@ -82,6 +83,12 @@ async function server (t: Tap): Promise<Server> {
     return { committed: false }
   })
   app.put('/verdict', async (request) => ({ verdict: await request.digestVerdict() }))
+  // A file made from something else than the content, committed only if the content verified.
+  app.put('/derived/:name', async (request) => {
+    const files = request.verifiedFiles()
+    await files.save(Readable.from([`a receipt for ${request.headers['content-length']} bytes`]), join(folder, (request.params as { name: string }).name))
+    return { verified: (await files.commit())?.fields ?? null }
+  })
   t.teardown(() => app.close())
   const port = await listen(app)
   return {
@@ -131,6 +138,13 @@ t.test('file() and parts(): every part is committed only once the whole request 
   t.equal(tamperedFile.statusCode, 400)
   await tamperedFile.body.dump()
   t.same(readdirSync(folder), [])
+  // A field after the file: the file ends before the verdict, which commit() then waits for.
+  const withField = Buffer.concat([multipart([parts[0] as [string, Buffer]]).subarray(0, -'--verified-files-boundary--\r\n'.length),
+    Buffer.from(`--verified-files-boundary\r\ncontent-disposition: form-data; name="note"\r\n\r\n${'after the file '.repeat(500)}\r\n--verified-files-boundary--\r\n`)])
+  const tamperedLater = await request(`${url}/file`, { method: 'POST', body: withField, headers: { 'content-type': multipartType, 'content-digest': other } })
+  t.equal(tamperedLater.statusCode, 400)
+  t.match(await tamperedLater.body.json(), { type: /digest-mismatching-value$/ })
+  t.same(readdirSync(folder), [], 'a file that ended before the verdict is removed when it fails')
   const verified = await request(`${url}/parts`, { method: 'POST', body, headers: { 'content-type': multipartType, 'content-digest': sha256(body) } })
   t.same(await verified.body.json(), { files: 3 })
   const file = await request(`${url}/file`, { method: 'POST', body: multipart([['d.bin', Buffer.from('d')]]), headers: { 'content-type': multipartType, 'content-digest': sha256(multipart([['d.bin', Buffer.from('d')]])) } })
@@ -156,6 +170,31 @@ t.test('aborts at random points leave no file and no temporary file', async (t) 
     await settled()
     t.same(readdirSync(folder), [], `cut at ${cut} of ${path}`)
   }
+})
+
+t.test('a file saved before the content came is committed or removed by the verdict commit() waits for', async (t) => {
+  const { url, folder } = await server(t)
+  const content = seededBytes(500_000, fuzzSeed + 6)
+  const failed = await request(`${url}/derived/failed.txt`, { method: 'PUT', body: content, headers: { 'content-type': 'application/octet-stream', 'content-digest': other } })
+  t.equal(failed.statusCode, 400)
+  t.match(await failed.body.json(), { type: /digest-mismatching-value$/ })
+  t.same(readdirSync(folder), [])
+  const passed = await request(`${url}/derived/passed.txt`, { method: 'PUT', body: content, headers: { 'content-type': 'application/octet-stream', 'content-digest': sha256(content) } })
+  t.same(await passed.body.json(), { verified: ['content-digest'] })
+  t.same(readdirSync(folder), ['passed.txt'])
+})
+
+t.test('a VerifiedFiles committed or discarded takes no more files', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields)
+  app.post('/', async (request) => {
+    const files = request.verifiedFiles()
+    t.equal(request.verifiedFiles(), files, 'one a request')
+    await files.commit()
+    await t.rejects(files.save(Readable.from(['late']), join(tmpdir(), 'never')), /already committed or discarded/)
+    return 'ok'
+  })
+  t.equal((await app.inject({ method: 'POST', url: '/', payload: 'x', headers: { 'content-type': 'text/plain' } })).body, 'ok')
 })
 
 t.test('a handler that saves and never commits leaves nothing once it answered', async (t) => {
