@@ -69,40 +69,50 @@ async function curl (port: number, path: string, headers: Record<string, string>
   return { status: status as number, uploaded: uploaded as number, continued: /^< HTTP\/[12](\.1)? 100/m.test(result.stderr), body: lines.join('\n') }
 }
 
-for (const http2 of [false, true]) {
-  const protocol = http2 ? 'HTTP/2' : 'HTTP/1.1'
-  t.test(`${protocol}, curl: a refused request gets its 400 without a 100 and sends no content`, async (t) => {
-    const { port, reads } = await server(t, http2)
-    for (const [name, headers] of Object.entries(refusals)) {
-      const result = await curl(port, '/upload', headers, http2)
-      t.equal(result.status, 400, name)
-      t.notOk(result.continued, `${name}: no 100`)
-      t.equal(result.uploaded, 0, `${name}: curl sent none of the content`)
-      t.match(JSON.parse(result.body), { type: String, title: String })
-    }
-    t.same(reads, [], 'no handler read anything')
-  })
+t.test('curl: a refused request gets its 400 without a 100 and sends no content', async (t) => {
+  const { port, reads } = await server(t)
+  for (const [name, headers] of Object.entries(refusals)) {
+    const result = await curl(port, '/upload', headers)
+    t.equal(result.status, 400, name)
+    t.notOk(result.continued, `${name}: no 100`)
+    t.equal(result.uploaded, 0, `${name}: curl sent none of the content`)
+    t.match(JSON.parse(result.body), { type: String, title: String })
+  }
+  t.same(reads, [], 'no handler read anything')
+})
 
-  t.test(`${protocol}, curl: an accepted request, and a route the plugin does not cover, get their 100 and are read`, async (t) => {
-    const { port } = await server(t, http2)
-    const accepted = await curl(port, '/upload', { 'content-digest': sha256 }, http2)
-    t.same({ ...accepted, body: JSON.parse(accepted.body) }, { status: 200, uploaded: content.length, continued: true, body: { bytes: content.length, fields: ['content-digest'] } })
-    const uncovered = await curl(port, '/uncovered', {}, http2)
-    t.same({ ...uncovered, body: JSON.parse(uncovered.body) }, { status: 200, uploaded: content.length, continued: true, body: { bytes: content.length } })
-    const mismatch = await curl(port, '/upload', { 'content-digest': `sha-256=:${createHash('sha256').update('other').digest('base64')}:` }, http2)
-    t.equal(mismatch.status, 400, 'a value that can only be compared with the content is checked once it came')
-    t.ok(mismatch.continued)
-    t.equal(mismatch.uploaded, content.length)
-  })
+t.test('curl: an accepted request, and a route the plugin does not cover, get their 100 and are read', async (t) => {
+  const { port } = await server(t)
+  const accepted = await curl(port, '/upload', { 'content-digest': sha256 })
+  t.same({ ...accepted, body: JSON.parse(accepted.body) }, { status: 200, uploaded: content.length, continued: true, body: { bytes: content.length, fields: ['content-digest'] } })
+  const uncovered = await curl(port, '/uncovered', {})
+  t.same({ ...uncovered, body: JSON.parse(uncovered.body) }, { status: 200, uploaded: content.length, continued: true, body: { bytes: content.length } })
+  const mismatch = await curl(port, '/upload', { 'content-digest': `sha-256=:${createHash('sha256').update('other').digest('base64')}:` })
+  t.equal(mismatch.status, 400, 'a value that can only be compared with the content is checked once it came')
+  t.ok(mismatch.continued)
+  t.equal(mismatch.uploaded, content.length)
+})
 
-  t.test(`${protocol}: a route that never reads the content answers without a 100, and the request does not hang`, async (t) => {
-    const { port } = await server(t, http2)
-    const result = await curl(port, '/unread', {}, http2)
-    t.equal(result.status, 200)
-    t.notOk(result.continued)
-    t.equal(result.uploaded, 0)
-  })
-}
+t.test('a route that never reads the content answers without a 100, and the request does not hang', async (t) => {
+  const { port } = await server(t)
+  const result = await curl(port, '/unread', {})
+  t.equal(result.status, 200)
+  t.notOk(result.continued)
+  t.equal(result.uploaded, 0)
+})
+
+t.test('HTTP/2 requests get their 100 at once, as without the plugin, and the refusal as soon as it is found', async (t) => {
+  // An early final response over HTTP/2 ends with RST_STREAM(NO_ERROR), which curl 7.88 often
+  // takes for an empty reply (continue.ts).
+  const { port, reads } = await server(t, true)
+  const refused = await curl(port, '/upload', refusals['an unsupported algorithm'] as Record<string, string>, true)
+  // How much curl sent before the 400 reached it depends on timing: the answer does not wait for it.
+  t.same([refused.status, refused.continued], [400, true])
+  t.match(JSON.parse(refused.body), { type: /digest-unsupported-algorithm$/ })
+  const accepted = await curl(port, '/upload', { 'content-digest': sha256 }, true)
+  t.same([accepted.status, accepted.continued, accepted.uploaded], [200, true, content.length])
+  t.same(reads, ['/upload'], 'only the accepted request reached its handler')
+})
 
 t.test('registered in a child scope only, the plugin still defers the 100', async (t) => {
   const { port } = await server(t, false, true)
@@ -112,7 +122,7 @@ t.test('registered in a child scope only, the plugin still defers the 100', asyn
   t.same([accepted.status, accepted.continued, accepted.uploaded], [200, true, content.length])
 })
 
-t.test('Node clients: http.request and http2 see a refusal instead of a continue, and continue when accepted', async (t) => {
+t.test('Node clients: http.request sees a refusal instead of a continue, and continues when accepted; http2 continues at once', async (t) => {
   const { port } = await server(t)
   for (const [digest, expected] of [['md5=:AAAAAAAAAAAAAAAAAAAAAA==:', { status: 400, continued: false }], [sha256, { status: 200, continued: true }]] as const) {
     const request = httpRequest({ port, host: '127.0.0.1', method: 'PUT', path: '/upload', headers: { expect: '100-continue', 'content-type': 'application/octet-stream', 'content-length': content.length, 'content-digest': digest } })
@@ -127,15 +137,14 @@ t.test('Node clients: http.request and http2 see a refusal instead of a continue
   const h2 = await server(t, true)
   const session = h2connect(`http://127.0.0.1:${h2.port}`)
   t.teardown(() => session.close())
-  for (const [digest, expected] of [['md5=:AAAAAAAAAAAAAAAAAAAAAA==:', { status: 400, continued: false }], [sha256, { status: 200, continued: true }]] as const) {
+  for (const [digest, status] of [['md5=:AAAAAAAAAAAAAAAAAAAAAA==:', 400], [sha256, 200]] as const) {
     const stream = session.request({ ':method': 'PUT', ':path': '/upload', expect: '100-continue', 'content-type': 'application/octet-stream', 'content-digest': digest }, { endStream: false })
     let continued = false
     stream.on('continue', () => { continued = true; stream.end(content) })
     const [headers] = await once(stream, 'response')
     stream.resume()
-    if (!continued) stream.close()
     await once(stream, 'close')
-    t.same({ status: headers[':status'], continued }, expected, `http2: ${digest.slice(0, 7)}`)
+    t.same({ status: headers[':status'], continued }, { status, continued: true }, `http2: ${digest.slice(0, 7)}, a 100 at once`)
   }
 })
 
