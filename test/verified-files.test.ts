@@ -9,7 +9,7 @@ import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyMultipart from '@fastify/multipart'
 import { request } from 'undici'
 import fastifyDigestFields from '../lib/index.js'
-import { fuzzSeed, listen, seededBytes, seededRandom, type Tap } from './helpers.js'
+import { fuzzSeed, h2Request, listen, randomChunks, seededBytes, seededRandom, type Tap } from './helpers.js'
 
 // Issue 19, part 2: request.verifiedFiles() commits files only once the whole request verified.
 // The oracle is the folder itself: after every request, the destination holds exactly the files of
@@ -23,10 +23,10 @@ const other = sha256('other content')
 interface Server { url: string, port: number, folder: string, settled: () => Promise<void> }
 
 /** A server whose handlers count when they are done, so that a test can wait for them rather than for time. */
-async function server (t: Tap): Promise<Server> {
+async function server (t: Tap, http2 = false): Promise<Server> {
   const folder = mkdtempSync(join(tmpdir(), 'verified-files-'))
   t.teardown(() => rmSync(folder, { recursive: true, force: true }))
-  const app: FastifyInstance = Fastify({ bodyLimit: 64 * 1024 * 1024 })
+  const app = Fastify({ bodyLimit: 64 * 1024 * 1024, http2 } as object) as unknown as FastifyInstance
   await app.register(fastifyDigestFields, { required: true })
   await app.register(fastifyMultipart, { limits: { fileSize: 64 * 1024 * 1024 } })
   // A request is done once its handler returned and its response went or its client left, after
@@ -212,4 +212,17 @@ t.test('digestVerdict() gives what was verified, reading what nobody read', asyn
   const failed = await request(`${url}/verdict`, { method: 'PUT', body: 'content', headers: { 'content-type': 'application/octet-stream', 'content-digest': other } })
   t.equal(failed.statusCode, 400)
   t.match(await failed.body.json(), { type: /digest-mismatching-value$/ })
+})
+
+t.test('over HTTP/2: the same commits, in DATA frames of random sizes', async (t) => {
+  const { port, folder } = await server(t, true)
+  const content = seededBytes(700_000, fuzzSeed + 7)
+  const chunks = randomChunks(content, 64 * 1024, random)
+  const headers = { ':method': 'PUT', 'content-type': 'application/octet-stream' }
+  const good = await h2Request(port, { ...headers, ':path': '/raw/h2.bin', 'content-digest': sha256(content) }, chunks)
+  t.same(JSON.parse(good.body), { verified: ['content-digest'] })
+  const bad = await h2Request(port, { ...headers, ':path': '/raw/h2-bad.bin', 'content-digest': other }, chunks)
+  t.equal(bad.status, 400)
+  t.same(readdirSync(folder), ['h2.bin'])
+  t.ok(readFileSync(join(folder, 'h2.bin')).equals(content))
 })
