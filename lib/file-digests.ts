@@ -134,7 +134,8 @@ export class FileDigests {
     }
     if (missing.length === 0) return { values: known as FileDigestValues, remember }
     // A version seen before, but too recent to be trusted then, is hashed again whatever its size.
-    if (!mustHash && entry === undefined && stats.size > this.#limits.hashBeforeSending) return { values: null, remember }
+    const large = stats.size > this.#limits.hashBeforeSending
+    if (!mustHash && entry === undefined && large) return { values: null, remember }
     const hashed = await this.#hash(file.path, stats, missing, codings).catch(() => null)
     if (hashed === null) return null
     const values = new Map([...(known ?? []), ...hashed])

@@ -11,8 +11,11 @@
 //   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the problem
 //   problems       rendered by problems.ts from findings, sent by answer.ts, whichever hook found them
 //   responses      Unencoded-Digest found as the route's first onSend, before a coding is added; Want-*
-//                  fields answered, digests sent and signed as its last (response-digests.ts); files'
-//                  digests kept by version (file-digests.ts), signatures made (integrity-signatures.ts)
+//                  fields answered, digests sent and signed as its last (response-digests.ts,
+//                  preferences.ts, response-coverage.ts, payload-digests.ts); files' digests kept by
+//                  version (file-digests.ts), signatures made (integrity-signatures.ts)
+//   commits        request.verifiedFiles() and digestVerdict() (commit.ts); onResponse removes
+//                  files saved and not committed
 import type {
   FastifyContextConfig,
   FastifyError,
@@ -31,24 +34,13 @@ import { hasNoDigestFields } from './fields.js'
 import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from './options.js'
 import { DigestProblem } from './problems.js'
 import { TrailerWatch, verifyRequest, watchTrailers } from './request-verification.js'
-import { findUnencodedDigest, responseDigests, type SuppliedDigests } from './response-digests.js'
+import { findUnencodedDigest, responseDigests } from './response-digests.js'
 import { FileDigests } from './file-digests.js'
 import { deferContinue } from './continue.js'
-import { digestVerdict, VerifiedFiles } from './commit.js'
-import {
-  kAnswersProblems,
-  kFilePayload,
-  kPendingContent,
-  kRouteSettings,
-  kSendDigests,
-  kServedFile,
-  kSuppliedDigests,
-  kUnencodedDigest,
-  kVerifiedFiles
-} from './symbols.js'
+import type { VerifiedFiles } from './commit.js'
+import { decorate } from './decorations.js'
+import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kVerifiedFiles } from './symbols.js'
 import { declaredBeforeRegistration } from './warnings.js'
-import { lookupAlgorithm } from './algorithms.js'
-import { invalidOption } from './errors.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
 
 export type * from './types.js'
@@ -68,7 +60,10 @@ export {
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
 type RouteConfig = FastifyContextConfig & { [kRouteSettings]?: Settings | null }
-type DigestRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null, [kVerifiedFiles]?: VerifiedFiles | null }
+type DigestRequest = FastifyRequest & {
+  [kPendingContent]?: PendingContent | null
+  [kVerifiedFiles]?: VerifiedFiles | null
+}
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
@@ -119,29 +114,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
 
   // A second registration in a child scope sets that scope's defaults: its onRoute hook runs after
   // the parent's, and the first onRequest hook to see a request does the work.
-  if (!fastify.hasRequestDecorator('digest')) {
-    fastify.decorateRequest('digest', null)
-    fastify.decorateRequest(kPendingContent, null)
-    fastify.decorateRequest(kVerifiedFiles, null)
-    fastify.decorateRequest('digestVerdict', function (this: FastifyRequest) { return digestVerdict(this) })
-    fastify.decorateRequest('verifiedFiles', function (this: DigestRequest) {
-      return (this[kVerifiedFiles] ??= new VerifiedFiles(this))
-    })
-    fastify.decorateReply(kSuppliedDigests, null)
-    fastify.decorateReply(kServedFile, null)
-    fastify.decorateReply(kUnencodedDigest, null)
-    fastify.decorateReply(kFilePayload, null)
-    fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
-      for (const [key, value] of Object.entries(digests)) {
-        const algorithm = lookupAlgorithm(key)
-        if (algorithm === undefined || !Buffer.isBuffer(value) || value.length !== algorithm.length) {
-          throw invalidOption('reply.reprDigest', `${key} must be a Buffer of the digest's length`)
-        }
-      }
-      ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = digests
-      return this
-    })
-  }
+  if (!fastify.hasRequestDecorator('digest')) decorate(fastify)
 
   fastify.addHook('onRoute', (route) => {
     const settings = routeSettings(defaults, route.config?.digest, routeName(route))

@@ -72,7 +72,8 @@ const statusPhrases: Readonly<Record<number, string>> = { 400: 'Bad Request', 41
 function keepingItsFields (problem: DigestProblem): DigestProblem {
   for (const name of ['name', 'message', 'code', 'statusCode'] as const) {
     const value = problem[name]
-    Object.defineProperty(problem, name, { get: () => value, set: () => {}, enumerable: name !== 'message' && name !== 'name' })
+    const enumerable = name !== 'message' && name !== 'name'
+    Object.defineProperty(problem, name, { get: () => value, set: () => {}, enumerable })
   }
   return problem
 }

@@ -1,170 +1,21 @@
-/** Digests on responses: Want-* fields answered and unasked digests sent, in the header section wherever the bytes are known first. */
-import type { FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
+/** Digests on responses: Want-* fields answered and unasked digests sent, in the header section where known first. */
+import type { FastifyRequest, onSendHookHandler } from 'fastify'
 import { ReadStream } from 'node:fs'
-import { pipeline, Transform, type Readable } from 'node:stream'
-import { parseDictionary, serializeByteSequence, type Dictionary } from 'structured-headers'
-import type { DigestAlgorithm, ResponseDigestField } from './types.js'
+import type { DigestAlgorithm } from './types.js'
 import { distinct, type Algorithm } from './algorithms.js'
-import type { FileDigests, FileRef } from './file-digests.js'
+import type { FileDigests } from './file-digests.js'
 import type { Settings } from './options.js'
 import { kFilePayload, kServedFile, kSuppliedDigests, kUnencodedDigest } from './symbols.js'
-import { contentCodings, digestsOf } from './unencoded.js'
+import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
+import { addVary, chosen, field, preferencesOf } from './preferences.js'
+import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './response-coverage.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
-type Values = ReadonlyMap<Algorithm, Buffer>
-
-/** The file a reply serves, as staticFileDigests() marks it, with the fields it sends unasked. */
-export interface ServedFile {
-  readonly path: string
-  readonly fields: readonly ResponseDigestField[]
-}
-
-/** Digests known before the content is sent (header section), or once it has been (trailer section). */
-type Digests = { readonly now: Values } | { readonly later: () => Values | null, readonly payload: Readable } | null
-
 interface Unencoded { readonly algorithm: Algorithm, readonly digests: Digests }
 
-type DigestReply = FastifyReply & {
+type DigestReply = FileReply & {
   [kSuppliedDigests]?: SuppliedDigests | null
-  [kServedFile]?: ServedFile | null
   [kUnencodedDigest]?: Unencoded | null
-  [kFilePayload]?: unknown
-}
-
-/**
- * The preferences a Want-* field states, or null when there is none. The field was judged when the
- * request arrived, unless something answered before the plugin's onRequest hook ran: one that does
- * not parse then asks for nothing.
- */
-function preferencesOf (want: string | string[] | undefined): Dictionary | null {
-  if (want === undefined) return null
-  try {
-    return parseDictionary(String(want))
-  } catch {
-    return null
-  }
-}
-
-/**
- * The algorithm a response field is sent with when a request asks for it (RFC 9530 section 4):
- * among those `offered`, the one the client weighs highest, ties going to the route's own
- * preference; none when every offered key is at 0 or absent.
- */
-function chosen (settings: Settings, weights: Dictionary, offered: (algorithm: Algorithm) => boolean):
-Algorithm | null {
-  let best: Algorithm | null = null
-  let bestWeight = 0
-  for (const [key, algorithm] of settings.algorithms) {
-    const weight = weights.get(key)?.[0]
-    if (typeof weight === 'number' && weight > bestWeight && offered(algorithm)) {
-      best = algorithm
-      bestWeight = weight
-    }
-  }
-  return best
-}
-
-function field (algorithm: Algorithm, digest: Buffer): string {
-  return `${algorithm.key}=${serializeByteSequence(digest)}`
-}
-
-function addVary (reply: FastifyReply, fields: string): void {
-  const vary = reply.getHeader('vary')
-  reply.header('vary', vary === undefined ? fields : `${String(vary)}, ${fields}`)
-}
-
-interface Coverage { content: boolean, repr: 'payload' | 'supplied' | 'none' }
-
-/**
- * What a response carries (RFC 9530 sections 2 and 3): Content-Digest covers the content sent,
- * Repr-Digest and Unencoded-Digest the whole selected representation. For a full 2xx response
- * they are the same bytes; for HEAD there is no content, and the representation is the payload a
- * GET would send; for a 206 the part is not the representation, and for a 304 there is none here,
- * so the representation's digests come only from the application or the file; a 204 has no
- * representation data, whose digest is that of empty content.
- */
-function coverage (request: FastifyRequest, status: number): Coverage {
-  if (status === 304) return { content: false, repr: 'supplied' }
-  // Fastify drops a 204's payload, whatever it was: the digests are those of empty content.
-  if (status === 204) return { content: true, repr: 'payload' }
-  if (status < 200 || status >= 300) return { content: false, repr: 'none' }
-  if (status === 206) return { content: true, repr: 'supplied' }
-  return { content: request.method !== 'HEAD', repr: 'payload' }
-}
-
-/** The content codings of a response, or null for one the plugin cannot remove. */
-function codingsOfReply (reply: FastifyReply): string[] | null {
-  const encoding = reply.getHeader('content-encoding')
-  const codings = contentCodings(encoding === undefined ? undefined : String(encoding))
-  return Array.isArray(codings) ? codings : null
-}
-
-/**
- * The file a response serves, as the route's first onSend hook saw it, and only while no later
- * hook (@fastify/compress) has replaced the payload: a stream reading one, or, for a HEAD or 304
- * answer that sends none, the file staticFileDigests() marked.
- */
-function fileOf (reply: DigestReply, payload: unknown): FileRef | null {
-  if (reply[kFilePayload] !== payload) return null
-  if (payload instanceof ReadStream && typeof payload.path === 'string') return { path: payload.path, stream: payload }
-  const served = reply[kServedFile]
-  const sendsNone = reply.request.method === 'HEAD' || reply.statusCode === 304
-  return served != null && sendsNone ? { path: served.path } : null
-}
-
-/**
- * Whether content that is not known yet can be hashed as it is sent, for the trailer section:
- * a HEAD response's stream is not read, and an HTTP/1.0 recipient cannot take a trailer
- * section, since chunked framing is HTTP/1.1 (RFC 9112 section 6.1).
- */
-function canTrail (request: FastifyRequest): boolean {
-  return request.method !== 'HEAD' && !(request.raw.httpVersionMajor === 1 && request.raw.httpVersionMinor === 0)
-}
-
-/**
- * The digests of what a payload holds with `codings` removed: at once for a string or Buffer,
- * from the file cache for a file (hashing it first when it is small or `mustHash`), otherwise as
- * a stream is sent, when it can be.
- */
-async function digestsOfPayload (payload: unknown, codings: readonly string[], algorithms: readonly Algorithm[],
-  file: FileRef | null, files: FileDigests, mustHash: boolean, trails: boolean): Promise<Digests> {
-  if (typeof payload === 'string' || Buffer.isBuffer(payload)) {
-    if (codings.length === 0) return { now: new Map(algorithms.map((algorithm) => [algorithm, algorithm.digest(payload)])) }
-    const digests = digestsOf(codings, algorithms)
-    digests.write(Buffer.from(payload))
-    const values = await new Promise<Values | null>((resolve) => digests.end(resolve))
-    return values === null ? null : { now: values }
-  }
-  const known = file === null ? null : await files.digests(file, algorithms, codings, mustHash)
-  if (known?.values != null) return { now: known.values }
-  if (!trails || typeof (payload as Readable | null)?.pipe !== 'function') return null
-  return hashWhileSending(payload as Readable, codings, algorithms, known?.remember ?? null)
-}
-
-/**
- * Passes a streamed payload on while hashing it (its codings removed on the side, and waited for
- * rather than queued), never buffering it; the digests are there once it has ended.
- */
-function hashWhileSending (payload: Readable, codings: readonly string[], algorithms: readonly Algorithm[],
-  remember: ((values: Values) => void) | null): Digests {
-  const digests = digestsOf(codings, algorithms)
-  let values: Values | null = null
-  const hashing = new Transform({
-    transform (chunk: Buffer, _encoding, callback) {
-      digests.write(chunk)
-      digests.whenDrained(() => callback(null, chunk))
-    },
-    flush (callback) {
-      digests.end((result) => {
-        values = result
-        if (result !== null) remember?.(result)
-        callback()
-      })
-    }
-  })
-  // Errors reach Fastify through the stream it sends; this callback only ends the pipeline.
-  pipeline(payload, hashing, () => {})
-  return { later: () => values, payload: hashing }
 }
 
 /**
@@ -280,7 +131,9 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
         reprAlgorithm = [...settings.algorithms.values()].find(isSupplied) ?? preferred
       }
     }
-    const reprValue = reprAlgorithm !== null && isSupplied(reprAlgorithm) ? supplied?.[reprAlgorithm.key] as Buffer : null
+    const reprValue = reprAlgorithm !== null && isSupplied(reprAlgorithm)
+      ? supplied?.[reprAlgorithm.key] as Buffer
+      : null
     if (reprValue !== null) reply.header('repr-digest', field(reprAlgorithm as Algorithm, reprValue))
     const sent = reprValue === null ? reprAlgorithm : null
     sendDigestsOf(request, reply, payload, { contentAlgorithm, reprAlgorithm: sent, covers, files, settings })

@@ -5,7 +5,7 @@ import type { StaticFileDigestsOptions } from './types.js'
 import { invalidOption } from './errors.js'
 import { checkResponseFields } from './options.js'
 import { kServedFile } from './symbols.js'
-import type { ServedFile } from './response-digests.js'
+import type { ServedFile } from './response-coverage.js'
 
 type MarkedReply = FastifyReply & { [kServedFile]?: ServedFile | null }
 

@@ -1,0 +1,41 @@
+/** What the plugin adds to Fastify's requests and replies: the public methods, and its state behind symbols. */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { lookupAlgorithm } from './algorithms.js'
+import { digestVerdict, VerifiedFiles } from './commit.js'
+import { invalidOption } from './errors.js'
+import type { SuppliedDigests } from './response-digests.js'
+import {
+  kFilePayload,
+  kPendingContent,
+  kServedFile,
+  kSuppliedDigests,
+  kUnencodedDigest,
+  kVerifiedFiles
+} from './symbols.js'
+
+type FilesRequest = FastifyRequest & { [kVerifiedFiles]?: VerifiedFiles | null }
+
+/** Decorates a Fastify instance once, whichever registration comes first. */
+export function decorate (fastify: FastifyInstance): void {
+  fastify.decorateRequest('digest', null)
+  fastify.decorateRequest(kPendingContent, null)
+  fastify.decorateRequest(kVerifiedFiles, null)
+  fastify.decorateRequest('digestVerdict', function (this: FastifyRequest) { return digestVerdict(this) })
+  fastify.decorateRequest('verifiedFiles', function (this: FilesRequest) {
+    return (this[kVerifiedFiles] ??= new VerifiedFiles(this))
+  })
+  fastify.decorateReply(kSuppliedDigests, null)
+  fastify.decorateReply(kServedFile, null)
+  fastify.decorateReply(kUnencodedDigest, null)
+  fastify.decorateReply(kFilePayload, null)
+  fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
+    for (const [key, value] of Object.entries(digests)) {
+      const algorithm = lookupAlgorithm(key)
+      if (algorithm === undefined || !Buffer.isBuffer(value) || value.length !== algorithm.length) {
+        throw invalidOption('reply.reprDigest', `${key} must be a Buffer of the digest's length`)
+      }
+    }
+    ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = digests
+    return this
+  })
+}

@@ -1,0 +1,71 @@
+/** The digests of a response's payload: known before it is sent, or found as it is sent for the trailer section. */
+import type { FastifyRequest } from 'fastify'
+import { pipeline, Transform, type Readable } from 'node:stream'
+import type { Algorithm } from './algorithms.js'
+import type { FileDigests, FileRef } from './file-digests.js'
+import { digestsOf } from './unencoded.js'
+
+export type Values = ReadonlyMap<Algorithm, Buffer>
+
+/** Digests known before the content is sent (header section), or once it has been (trailer section). */
+export type Digests =
+  | { readonly now: Values }
+  | { readonly later: () => Values | null, readonly payload: Readable }
+  | null
+
+/**
+ * Whether content that is not known yet can be hashed as it is sent, for the trailer section:
+ * a HEAD response's stream is not read, and an HTTP/1.0 recipient cannot take a trailer
+ * section, since chunked framing is HTTP/1.1 (RFC 9112 section 6.1).
+ */
+export function canTrail (request: FastifyRequest): boolean {
+  return request.method !== 'HEAD' && !(request.raw.httpVersionMajor === 1 && request.raw.httpVersionMinor === 0)
+}
+
+/**
+ * The digests of what a payload holds with `codings` removed: at once for a string or Buffer,
+ * from the file cache for a file (hashing it first when it is small or `mustHash`), otherwise as
+ * a stream is sent, when it can be.
+ */
+export async function digestsOfPayload (payload: unknown, codings: readonly string[], algorithms: readonly Algorithm[],
+  file: FileRef | null, files: FileDigests, mustHash: boolean, trails: boolean): Promise<Digests> {
+  if (typeof payload === 'string' || Buffer.isBuffer(payload)) {
+    if (codings.length === 0) {
+      return { now: new Map(algorithms.map((algorithm) => [algorithm, algorithm.digest(payload)])) }
+    }
+    const digests = digestsOf(codings, algorithms)
+    digests.write(Buffer.from(payload))
+    const values = await new Promise<Values | null>((resolve) => digests.end(resolve))
+    return values === null ? null : { now: values }
+  }
+  const known = file === null ? null : await files.digests(file, algorithms, codings, mustHash)
+  if (known?.values != null) return { now: known.values }
+  if (!trails || typeof (payload as Readable | null)?.pipe !== 'function') return null
+  return hashWhileSending(payload as Readable, codings, algorithms, known?.remember ?? null)
+}
+
+/**
+ * Passes a streamed payload on while hashing it (its codings removed on the side, and waited for
+ * rather than queued), never buffering it; the digests are there once it has ended.
+ */
+function hashWhileSending (payload: Readable, codings: readonly string[], algorithms: readonly Algorithm[],
+  remember: ((values: Values) => void) | null): Digests {
+  const digests = digestsOf(codings, algorithms)
+  let values: Values | null = null
+  const hashing = new Transform({
+    transform (chunk: Buffer, _encoding, callback) {
+      digests.write(chunk)
+      digests.whenDrained(() => callback(null, chunk))
+    },
+    flush (callback) {
+      digests.end((result) => {
+        values = result
+        if (result !== null) remember?.(result)
+        callback()
+      })
+    }
+  })
+  // Errors reach Fastify through the stream it sends; this callback only ends the pipeline.
+  pipeline(payload, hashing, () => {})
+  return { later: () => values, payload: hashing }
+}

@@ -1,0 +1,47 @@
+/** Want-* preferences (RFC 9530 section 4), and the fields and Vary that answer them. */
+import type { FastifyReply } from 'fastify'
+import { parseDictionary, serializeByteSequence, type Dictionary } from 'structured-headers'
+import type { Algorithm } from './algorithms.js'
+import type { Settings } from './options.js'
+
+/**
+ * The preferences a Want-* field states, or null when there is none. The field was judged when the
+ * request arrived, unless something answered before the plugin's onRequest hook ran: one that does
+ * not parse then asks for nothing.
+ */
+export function preferencesOf (want: string | string[] | undefined): Dictionary | null {
+  if (want === undefined) return null
+  try {
+    return parseDictionary(String(want))
+  } catch {
+    return null
+  }
+}
+
+/**
+ * The algorithm a response field is sent with when a request asks for it (RFC 9530 section 4):
+ * among those `offered`, the one the client weighs highest, ties going to the route's own
+ * preference; none when every offered key is at 0 or absent.
+ */
+export function chosen (settings: Settings, weights: Dictionary, offered: (algorithm: Algorithm) => boolean):
+Algorithm | null {
+  let best: Algorithm | null = null
+  let bestWeight = 0
+  for (const [key, algorithm] of settings.algorithms) {
+    const weight = weights.get(key)?.[0]
+    if (typeof weight === 'number' && weight > bestWeight && offered(algorithm)) {
+      best = algorithm
+      bestWeight = weight
+    }
+  }
+  return best
+}
+
+export function field (algorithm: Algorithm, digest: Buffer): string {
+  return `${algorithm.key}=${serializeByteSequence(digest)}`
+}
+
+export function addVary (reply: FastifyReply, fields: string): void {
+  const vary = reply.getHeader('vary')
+  reply.header('vary', vary === undefined ? fields : `${String(vary)}, ${fields}`)
+}
