@@ -14,8 +14,8 @@ const deferring = new WeakSet<EventEmitter>()
  * that a client does not send content that will be refused. The request goes to Fastify at once,
  * and its 100 is sent when a parser, a handler or the plugin first reads the content; a request
  * refused before that gets its final status alone (and Node closes the connection, since the
- * content may still come). A server whose application listens for `checkContinue` itself is left
- * to it.
+ * content may still come). A server whose application listens for `checkContinue` itself, before
+ * or after the plugin was registered, is left to it.
  *
  * HTTP/2 requests get their 100 at once, as without the plugin: the early final response ends with
  * RST_STREAM(NO_ERROR) (RFC 9113 section 8.1), which curl 7.88 took for an empty reply in 36 of 60
@@ -25,6 +25,9 @@ export function deferContinue (server: EventEmitter): void {
   if (deferring.has(server) || server.listenerCount('checkContinue') > 0) return
   deferring.add(server)
   server.on('checkContinue', (request: Request, response: Response) => {
+    // An application listening too, even one that started after the plugin, answers alone: two
+    // listeners would hand Fastify the request twice.
+    if (server.listenerCount('checkContinue') > 1) return
     if (request.httpVersionMajor === 2) {
       response.writeContinue()
       server.emit('request', request, response)

@@ -163,3 +163,19 @@ t.test('an application that listens for checkContinue itself keeps it', async (t
   const result = await curl(await listen(app), '/', { 'content-digest': sha256 })
   t.same([result.status, result.continued, calls], [200, true, 1])
 })
+
+t.test('an application that starts listening for checkContinue after the plugin answers alone', async (t) => {
+  const app = Fastify({ bodyLimit: 4 * content.length })
+  await app.register(fastifyDigestFields)
+  let calls = 0
+  app.server.on('checkContinue', (request, response) => {
+    calls++
+    response.writeContinue()
+    app.server.emit('request', request, response)
+  })
+  app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_request, body, done) => done(null, body))
+  app.put('/', async (request) => ({ bytes: (request.body as Buffer).length }))
+  t.teardown(() => app.close())
+  const result = await curl(await listen(app), '/', { 'content-digest': sha256 })
+  t.same([result.status, result.continued, calls, JSON.parse(result.body)], [200, true, 1, { bytes: content.length }])
+})
