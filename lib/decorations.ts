@@ -7,6 +7,7 @@ import type { SuppliedDigests } from './response-digests.js'
 import {
   kFilePayload,
   kPendingContent,
+  kSentDigests,
   kServedFile,
   kSuppliedDigests,
   kUnencodedDigest,
@@ -28,14 +29,18 @@ export function decorate (fastify: FastifyInstance): void {
   fastify.decorateReply(kServedFile, null)
   fastify.decorateReply(kUnencodedDigest, null)
   fastify.decorateReply(kFilePayload, null)
+  fastify.decorateReply(kSentDigests, null)
   fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
-    for (const [key, value] of Object.entries(digests)) {
+    // Any Uint8Array of the digest's length: what crypto and Web Crypto give alike.
+    const checked: Record<string, Buffer> = {}
+    for (const [key, value] of Object.entries(digests) as Array<[string, unknown]>) {
       const algorithm = lookupAlgorithm(key)
-      if (algorithm === undefined || !Buffer.isBuffer(value) || value.length !== algorithm.length) {
+      if (algorithm === undefined || !(value instanceof Uint8Array) || value.length !== algorithm.length) {
         throw invalidOption('reply.reprDigest', `${key} must be a Buffer of the digest's length`)
       }
+      checked[key] = Buffer.from(value.buffer, value.byteOffset, value.byteLength)
     }
-    ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = digests
+    ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = checked
     return this
   })
 }

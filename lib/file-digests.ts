@@ -76,8 +76,10 @@ async function opening (stream: ReadStream): Promise<void> {
   })
 }
 
-// A response's two hooks ask for the same stream's file: its stats are read once.
+// A response's two hooks ask for the same stream's file: its stats are read once, and what one
+// hook hashed serves the other.
 const streamStats = new WeakMap<ReadStream, Promise<BigIntStats>>()
+const streamDigests = new WeakMap<ReadStream, { version: string, values: FileDigestValues }>()
 
 /** The stats of the file a stream reads (its own descriptor, once open), or of the path. */
 async function statsOf (file: FileRef): Promise<BigIntStats> {
@@ -105,6 +107,7 @@ async function streamStatsOf (stream: ReadStream): Promise<BigIntStats> {
  */
 export class FileDigests {
   readonly #entries = new Map<string, Entry>()
+  readonly #hashing = new Map<string, Promise<Map<Algorithm, Buffer> | null>>()
   readonly #limits: FileDigestLimits
 
   constructor (limits: FileDigestLimits) {
@@ -120,11 +123,14 @@ export class FileDigests {
   async digests (file: FileRef, algorithms: readonly Algorithm[], codings: readonly string[], mustHash: boolean):
   Promise<FileDigestsFound | null> {
     const stats = await statsOf(file).catch(() => null)
-    if (stats === null || !readsWhole(file.stream, stats.size)) return null
+    // Only a regular file with a size says what it holds: /proc files and devices report none.
+    if (stats === null || !stats.isFile() || stats.size === 0n || !readsWhole(file.stream, stats.size)) return null
     const version = `${versionOf(stats)}:${codings.join(',')}`
     const since = BigInt(Date.now()) * 1_000_000n
     const entry = this.#recall(version)
-    const known = entry?.settled === true ? entry.values : undefined
+    // A response's own stream keeps what its first hook found, trusted or not: the same bytes.
+    const sending = file.stream === undefined ? undefined : streamDigests.get(file.stream)
+    const known = entry?.settled === true ? entry.values : sending?.version === version ? sending.values : undefined
     const missing = algorithms.filter((algorithm) => known?.has(algorithm) !== true)
     // Kept only if the file was not changed while it was read: it has the same version after.
     const remember = (values: FileDigestValues): void => {
@@ -136,10 +142,19 @@ export class FileDigests {
     // A version seen before, but too recent to be trusted then, is hashed again whatever its size.
     const large = stats.size > this.#limits.hashBeforeSending
     if (!mustHash && entry === undefined && large) return { values: null, remember }
-    const hashed = await this.#hash(file.path, stats, missing, codings).catch(() => null)
+    // Requests that arrive together for a version not known yet share one hash of it.
+    const job = `${version}|${missing.map((algorithm) => algorithm.key).join()}`
+    let hashing = this.#hashing.get(job)
+    if (hashing === undefined) {
+      hashing = this.#hash(file.path, stats, missing, codings).catch(() => null)
+      this.#hashing.set(job, hashing)
+      hashing.then(() => this.#hashing.delete(job))
+    }
+    const hashed = await hashing
     if (hashed === null) return null
     const values = new Map([...(known ?? []), ...hashed])
     this.#remember(version, values, settled(stats, since))
+    if (file.stream !== undefined) streamDigests.set(file.stream, { version, values })
     return { values, remember }
   }
 

@@ -60,7 +60,8 @@ function fail (where: string, message: string): never {
 }
 
 function show (value: unknown): string {
-  return typeof value === 'string' ? `'${value}'` : String(JSON.stringify(value) ?? value)
+  if (typeof value === 'string') return `'${value}'`
+  return typeof value === 'number' ? String(value) : String(JSON.stringify(value) ?? value)
 }
 
 function checkKeys (where: string, options: object, allowed: readonly string[]): void {

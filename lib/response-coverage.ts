@@ -47,7 +47,9 @@ export function codingsOfReply (reply: FastifyReply): string[] | null {
  */
 export function fileOf (reply: FileReply, payload: unknown): FileRef | null {
   if (reply[kFilePayload] !== payload) return null
-  if (payload instanceof ReadStream && typeof payload.path === 'string') return { path: payload.path, stream: payload }
+  // A stream sends the file's bytes only as it has not yet read, buffered or decoded any of them.
+  if (payload instanceof ReadStream && typeof payload.path === 'string' && payload.readableEncoding === null &&
+    !payload.readableDidRead && payload.readableLength === 0) return { path: payload.path, stream: payload }
   const served = reply[kServedFile]
   const sendsNone = reply.request.method === 'HEAD' || reply.statusCode === 304
   return served != null && sendsNone ? { path: served.path } : null

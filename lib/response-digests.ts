@@ -5,7 +5,7 @@ import type { DigestAlgorithm } from './types.js'
 import { distinct, type Algorithm } from './algorithms.js'
 import type { FileDigests } from './file-digests.js'
 import type { Settings } from './options.js'
-import { kFilePayload, kServedFile, kSuppliedDigests, kUnencodedDigest } from './symbols.js'
+import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from './symbols.js'
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
 import { addVary, chosen, field, preferencesOf } from './preferences.js'
 import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './response-coverage.js'
@@ -13,9 +13,13 @@ import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 interface Unencoded { readonly algorithm: Algorithm, readonly digests: Digests }
 
+/** The fields a pass of the hook placed, to take back if the hooks run again for an error. */
+interface SentDigests { readonly headers: string[], readonly trailers: string[] }
+
 type DigestReply = FileReply & {
   [kSuppliedDigests]?: SuppliedDigests | null
   [kUnencodedDigest]?: Unencoded | null
+  [kSentDigests]?: SentDigests | null
 }
 
 /**
@@ -40,6 +44,8 @@ function unencodedAlgorithm (settings: Settings, request: FastifyRequest, reply:
  */
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
   return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
+    // Hooks run again for the answer to an error: what an earlier payload found is not its.
+    reply[kUnencodedDigest] = null
     if (payload instanceof ReadStream || reply[kServedFile] != null) reply[kFilePayload] = payload
     const covers = coverage(request, reply.statusCode)
     const codings = codingsOfReply(reply)
@@ -62,7 +68,8 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const whole = covers.repr === 'payload'
     const source = whole ? content : null
     const target = whole || file === null ? file : { path: file.path }
-    const mustHash = settings.signer !== null
+    // A signature needs its digest first; a HEAD, which no browser checks, is not worth a hash.
+    const mustHash = settings.signer !== null && request.method !== 'HEAD'
     digestsOfPayload(source, codings, [algorithm], target, files, mustHash, canTrail(request)).then((digests) => {
       reply[kUnencodedDigest] = { algorithm, digests }
       done(null, digests !== null && 'payload' in digests ? digests.payload : payload)
@@ -85,6 +92,7 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
   const preferred = settings.algorithms.values().next().value as Algorithm
 
   return function sendDigests (request, reply: DigestReply, payload, done) {
+    if (reply[kSentDigests] != null) withdrawDigests(reply)
     const wantContentField = request.headers['want-content-digest']
     const wantReprField = request.headers['want-repr-digest']
     const wantUnencodedField = request.headers['want-unencoded-digest']
@@ -160,15 +168,19 @@ Promise<unknown> {
   if (contentAlgorithm !== null) sent.push(['content-digest', contentAlgorithm])
   if (reprAlgorithm !== null && covers.repr === 'payload') sent.push(['repr-digest', reprAlgorithm])
   let sending = payload
+  const placed: SentDigests = { headers: [], trailers: [] }
+  reply[kSentDigests] = placed
   const place = (digests: Digests, fields: ReadonlyArray<[SentField | 'unencoded-digest', Algorithm]>): void => {
     if (digests === null) return
     for (const [name, algorithm] of fields) {
       if ('now' in digests) {
         reply.header(name, field(algorithm, digests.now.get(algorithm) as Buffer))
+        placed.headers.push(name)
         continue
       }
       // Trailers and Content-Length do not go together (RFC 9112 section 6.1).
       reply.removeHeader('content-length')
+      placed.trailers.push(name)
       reply.trailer(name, (_reply, _payload, callback) => {
         const values = digests.later()
         // Content that did not decode has no digest: Fastify leaves out a trailer that failed.
@@ -192,13 +204,31 @@ Promise<unknown> {
   if (unencoded != null) {
     place(unencoded.digests, [['unencoded-digest', unencoded.algorithm]])
     // Chromium refuses every response whose signature fails, or that is signed without an
-    // Unencoded-Digest in the header section: only a digest known now is signed.
-    if (settings.signer !== null && unencoded.digests !== null && 'now' in unencoded.digests) {
-      const signature = settings.signer.signatureOf(
-        field(unencoded.algorithm, unencoded.digests.now.get(unencoded.algorithm) as Buffer))
+    // Unencoded-Digest in the header section it can check (sha-256, sha-512): only such a digest,
+    // known now, is signed.
+    const { algorithm, digests } = unencoded
+    if (settings.signer !== null && digests !== null && 'now' in digests && !algorithm.deprecated) {
+      const signature = settings.signer.signatureOf(field(algorithm, digests.now.get(algorithm) as Buffer))
       reply.header('signature-input', signature['signature-input'])
       reply.header('signature', signature.signature)
+      placed.headers.push('signature-input', 'signature')
     }
   }
   return sending
+}
+
+/**
+ * Takes back the fields an earlier pass of the hook placed: Fastify runs the hooks again to answer
+ * an error (a stream that failed before its first byte), whose body they do not describe, and
+ * whose Content-Length would otherwise go out with the chunked framing trailers asked for.
+ */
+function withdrawDigests (reply: DigestReply): void {
+  const { headers, trailers } = reply[kSentDigests] as SentDigests
+  for (const name of headers) reply.removeHeader(name)
+  for (const name of trailers) reply.removeTrailer(name)
+  if (trailers.length > 0) {
+    reply.removeHeader('trailer')
+    reply.removeHeader('transfer-encoding')
+  }
+  reply[kSentDigests] = null
 }

@@ -22,3 +22,5 @@ export const kUnencodedDigest = Symbol('fastify-digest-fields.unencoded-digest')
 export const kFilePayload = Symbol('fastify-digest-fields.file-payload')
 /** On a request: the files saved with request.verifiedFiles(), removed unless committed. */
 export const kVerifiedFiles = Symbol('fastify-digest-fields.verified-files')
+/** On a reply: the digest fields its last pass through the response hook placed. */
+export const kSentDigests = Symbol('fastify-digest-fields.sent-digests')
