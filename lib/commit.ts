@@ -10,15 +10,21 @@ import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from './types.
 import { readToEnd } from './source.js'
 
 /**
- * The request's verdict: its content read to the end (what no reader takes is discarded), then
- * what was verified, or null when the content had no integrity field; the DigestProblem (or the
- * abort) when it failed. The end of request.raw is let through only once the digests matched.
+ * The request's verdict: what was verified, or null when the content had no integrity field; the
+ * DigestProblem (or the abort) when it failed. Its caller is done reading: what no reader took yet
+ * is read and discarded, even from a reader that stopped taking it (@fastify/multipart's file()
+ * with a later file nobody reads), since the verdict comes only at the end of the content.
  */
 export async function digestVerdict (request: FastifyRequest): Promise<VerifiedDigest | null> {
   const raw = request.raw as Readable
-  if (!raw.readableEnded) readToEnd(raw, false)
+  if (!raw.readableEnded) readToEnd(raw, true)
   await finished(raw, { writable: false })
   return request.digest
+}
+
+/** Why a request's content failed: the DigestProblem, or the abort, rather than what it caused. */
+function failureOf (request: FastifyRequest, error: unknown): unknown {
+  return (request.raw as Readable).errored ?? error
 }
 
 interface Saved { readonly partial: string, readonly destination: string, readonly writer: WriteStream }
@@ -48,7 +54,9 @@ export class VerifiedFiles implements VerifiedFilesApi {
    * rename), resolving once it is written; a failure removes it.
    */
   async save (content: Readable, destination: string): Promise<void> {
-    if (this.#settled) throw new Error('fastify-digest-fields: verifiedFiles: already committed or discarded')
+    if (this.#settled) {
+      throw failureOf(this.#request, new Error('fastify-digest-fields: verifiedFiles: already committed or discarded'))
+    }
     const partial = join(dirname(destination), `.${basename(destination)}.${randomUUID()}.partial`)
     const writer = createWriteStream(partial, { flags: 'wx' })
     this.#pending.push({ partial, destination, writer })
@@ -56,7 +64,8 @@ export class VerifiedFiles implements VerifiedFilesApi {
       await pipeline(content, writer)
     } catch (error) {
       await this.discard()
-      throw error
+      // Files removed because the content failed fail with its problem, which the plugin answers.
+      throw failureOf(this.#request, error)
     }
   }
 
@@ -74,8 +83,10 @@ export class VerifiedFiles implements VerifiedFilesApi {
     }
     this.#settled = true
     try {
-      for (let file = this.#pending.shift(); file !== undefined; file = this.#pending.shift()) {
+      // One by one, each left to discard() until it is in place, so that a failed rename removes it.
+      for (let file = this.#pending[0]; file !== undefined; file = this.#pending[0]) {
         await rename(file.partial, file.destination)
+        this.#pending.shift()
       }
     } finally {
       await this.discard()
