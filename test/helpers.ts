@@ -238,3 +238,17 @@ export async function serving (t: Tap, server: import('node:net').Server, scheme
   t.teardown(() => { server.close() })
   return `${scheme}://127.0.0.1:${(server.address() as AddressInfo).port}`
 }
+
+/**
+ * The plugin loaded afresh with its file digests counting the files they open (to hash them), for
+ * tests of how often a file is hashed.
+ */
+export async function pluginCountingOpens (t: Tap): Promise<{ opened: string[], plugin: typeof import('../lib/index.js') }> {
+  const real = await import('node:fs/promises')
+  const opened: string[] = []
+  const counted = await t.mockImport<typeof import('../lib/file-digests.js')>('../lib/file-digests.js', {
+    'node:fs/promises': { ...real, open: async (...args: Parameters<typeof real.open>) => { opened.push(String(args[0])); return await real.open(...args) } }
+  })
+  const plugin = await t.mockImport<typeof import('../lib/index.js')>('../lib/index.js', { '../lib/file-digests.js': counted })
+  return { opened, plugin }
+}

@@ -8,7 +8,7 @@ import Fastify from 'fastify'
 import fastifyStatic from '@fastify/static'
 import { request } from 'undici'
 import fastifyDigestFields, { staticFileDigests } from '../lib/index.js'
-import { listen } from './helpers.js'
+import { listen, pluginCountingOpens } from './helpers.js'
 
 // What the attack on issue 17 found, pinned: response digests are of the bytes sent or absent,
 // an error answer carries none of an earlier payload's fields, and cold files are hashed once.
@@ -81,14 +81,7 @@ t.test('file streams whose bytes are not the file\'s get the digest of what they
 })
 
 t.test('requests that arrive together for a file not known yet share one hash; a signed HEAD hashes nothing', async (t) => {
-  const real = await import('node:fs/promises')
-  const opened: string[] = []
-  const counted = await t.mockImport<typeof import('../lib/file-digests.js')>('../lib/file-digests.js', {
-    'node:fs/promises': { ...real, open: async (...args: Parameters<typeof real.open>) => { opened.push(String(args[0])); return await real.open(...args) } }
-  })
-  const { default: plugin, staticFileDigests: mark } = await t.mockImport<typeof import('../lib/index.js')>('../lib/index.js', {
-    '../lib/file-digests.js': counted
-  })
+  const { opened, plugin: { default: plugin, staticFileDigests: mark } } = await pluginCountingOpens(t)
   const root = mkdtempSync(join(tmpdir(), 'issue-17-cold-'))
   t.teardown(() => rmSync(root, { recursive: true, force: true }))
   writeFileSync(join(root, 'cold.js'), Buffer.alloc(300_000, 'a'))

@@ -10,7 +10,7 @@ import fastifyCompress from '@fastify/compress'
 import fastifyStatic from '@fastify/static'
 import { request } from 'undici'
 import fastifyDigestFields, { staticFileDigests, type FastifyDigestFieldsOptions } from '../lib/index.js'
-import { fuzzSeed, h2Request, listen, seededBytes, type Tap } from './helpers.js'
+import { fuzzSeed, h2Request, listen, pluginCountingOpens, seededBytes, type Tap } from './helpers.js'
 
 // Static files with their digests in the header section (response-digests.md): @fastify/static 10
 // with staticFileDigests(), checked against `openssl dgst` of the file on disk and zlib's decoding
@@ -193,14 +193,7 @@ t.test('the cache holds at most fileDigests.maxEntries versions, and a dropped o
 t.test('a settled file is hashed once: later responses read it only to send it', async (t) => {
   // The committed fixtures have not changed for longer than the two seconds a version must settle.
   const fixtures = new URL('fixtures/static/', import.meta.url).pathname
-  const real = await import('node:fs/promises')
-  const opened: string[] = []
-  const counted = await t.mockImport<typeof import('../lib/file-digests.js')>('../lib/file-digests.js', {
-    'node:fs/promises': { ...real, open: async (...args: Parameters<typeof real.open>) => { opened.push(String(args[0])); return await real.open(...args) } }
-  })
-  const { default: plugin, staticFileDigests: mark } = await t.mockImport<typeof import('../lib/index.js')>('../lib/index.js', {
-    '../lib/file-digests.js': counted
-  })
+  const { opened, plugin: { default: plugin, staticFileDigests: mark } } = await pluginCountingOpens(t)
   t.ok(statSync(join(fixtures, 'app.js')).ctimeMs < Date.now() - 2000, 'the fixture has settled')
   const app = Fastify()
   await app.register(plugin)
