@@ -190,8 +190,10 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
 
   // Files saved with request.verifiedFiles() and not committed are removed once the answer is sent
   // (VerifiedFiles itself removes them when the client leaves mid-upload).
-  fastify.addHook('onResponse', async function discardUncommitted (request: DigestRequest) {
-    await request[kVerifiedFiles]?.discard()
+  fastify.addHook('onResponse', function discardUncommitted (request: DigestRequest, _reply, done) {
+    const files = request[kVerifiedFiles]
+    if (files == null) done()
+    else files.discard().then(() => done(), done)
   })
 
   // After the parser: a parser that took part of the content and handed no stream on (one that

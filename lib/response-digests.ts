@@ -27,12 +27,10 @@ type DigestReply = FileReply & {
  * Want-Unencoded-Digest, or sent unasked (`responseDigests`, `integritySignatures`, a served file),
  * a supplied digest winning whenever it is acceptable.
  */
-function unencodedAlgorithm (settings: Settings, request: FastifyRequest, reply: DigestReply,
+function unencodedAlgorithm (settings: Settings, wantField: string | string[] | undefined, unasked: boolean,
   isSupplied: (algorithm: Algorithm) => boolean): Algorithm | null {
-  const want = preferencesOf(request.headers['want-unencoded-digest'])
+  const want = preferencesOf(wantField)
   if (want !== null) return chosen(settings, want, isSupplied) ?? chosen(settings, want, () => true)
-  const unasked = settings.signer !== null || settings.responseDigests.includes('unencoded-digest') ||
-    reply[kServedFile]?.fields.includes('unencoded-digest') === true
   if (!unasked) return null
   return [...settings.algorithms.values()].find(isSupplied) ?? settings.algorithms.values().next().value as Algorithm
 }
@@ -43,15 +41,24 @@ function unencodedAlgorithm (settings: Settings, request: FastifyRequest, reply:
  * already has removed (draft-ietf-httpbis-unencoded-digest, section 3).
  */
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
+  const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
   return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
     // Hooks run again for the answer to an error: what an earlier payload found is not its.
     reply[kUnencodedDigest] = null
-    if (payload instanceof ReadStream || reply[kServedFile] != null) reply[kFilePayload] = payload
+    const served = reply[kServedFile]
+    if (payload instanceof ReadStream || served != null) reply[kFilePayload] = payload
+    const wantField = request.headers['want-unencoded-digest']
+    const unasked = unaskedOnRoute || served?.fields.includes('unencoded-digest') === true
+    // Most responses are done with here, after three lookups.
+    if (wantField === undefined && !unasked) {
+      done(null, payload)
+      return
+    }
     const covers = coverage(request, reply.statusCode)
     const codings = codingsOfReply(reply)
     // A supplied digest is of the representation as the handler sent it: unencoded if uncoded.
     const supplied = codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null
-    const algorithm = unencodedAlgorithm(settings, request, reply, (known) => supplied?.[known.key] !== undefined)
+    const algorithm = unencodedAlgorithm(settings, wantField, unasked, (known) => supplied?.[known.key] !== undefined)
     if (algorithm === null || covers.repr === 'none' || codings === null) {
       done(null, payload)
       return

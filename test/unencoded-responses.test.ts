@@ -152,3 +152,13 @@ t.test('a file stream opened from a descriptor has no path to know the file by: 
   t.notOk('unencoded-digest' in response.headers)
   t.equal(response.trailers['unencoded-digest'], sha256(fileContent))
 })
+
+t.test('a Want-Unencoded-Digest nothing judged (a hook answered before the plugin) that does not parse asks for nothing', async (t) => {
+  const app = Fastify()
+  app.addHook('onRequest', async (_request, reply) => reply.type('text/plain').send('answered early'))
+  await app.register(fastifyDigestFields)
+  app.get('/', async () => 'never')
+  const response = await app.inject({ url: '/', headers: { 'want-unencoded-digest': 'sha-256=(' } })
+  t.equal(response.body, 'answered early')
+  t.notOk('unencoded-digest' in response.headers)
+})
