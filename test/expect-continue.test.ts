@@ -101,17 +101,13 @@ t.test('a route that never reads the content answers without a 100, and the requ
   t.equal(result.uploaded, 0)
 })
 
-t.test('HTTP/2 requests get their 100 at once, as without the plugin, and the refusal as soon as it is found', async (t) => {
-  // An early final response over HTTP/2 ends with RST_STREAM(NO_ERROR), which curl 7.88 often
-  // takes for an empty reply (continue.ts).
+t.test('HTTP/2, curl: a request gets its 100 at once, as without the plugin, and is read', async (t) => {
+  // Refusals are checked with Node's client below: curl 7.88 takes any early final response over
+  // HTTP/2, which ends with RST_STREAM(NO_ERROR), for an empty reply in about a third of runs.
   const { port, reads } = await server(t, true)
-  const refused = await curl(port, '/upload', refusals['an unsupported algorithm'] as Record<string, string>, true)
-  // How much curl sent before the 400 reached it depends on timing: the answer does not wait for it.
-  t.same([refused.status, refused.continued], [400, true])
-  t.match(JSON.parse(refused.body), { type: /digest-unsupported-algorithm$/ })
   const accepted = await curl(port, '/upload', { 'content-digest': sha256 }, true)
   t.same([accepted.status, accepted.continued, accepted.uploaded], [200, true, content.length])
-  t.same(reads, ['/upload'], 'only the accepted request reached its handler')
+  t.same(reads, ['/upload'])
 })
 
 t.test('registered in a child scope only, the plugin still defers the 100', async (t) => {
