@@ -45,3 +45,16 @@ export function addVary (reply: FastifyReply, fields: string): void {
   const vary = reply.getHeader('vary')
   reply.header('vary', vary === undefined ? fields : `${String(vary)}, ${fields}`)
 }
+
+/**
+ * The algorithm of Repr-Digest or Unencoded-Digest for a response: the one the client weighs
+ * highest, or the route's preferred when sent unasked; in both cases one whose digest the
+ * application supplied wins whenever it is acceptable, so that a stored checksum is sent rather
+ * than the representation hashed again.
+ */
+export function representationAlgorithm (settings: Settings, want: Dictionary | null, unasked: boolean,
+  isSupplied: (algorithm: Algorithm) => boolean): Algorithm | null {
+  if (want !== null) return chosen(settings, want, isSupplied) ?? chosen(settings, want, () => true)
+  if (!unasked) return null
+  return [...settings.algorithms.values()].find(isSupplied) ?? settings.algorithms.values().next().value as Algorithm
+}

@@ -7,7 +7,7 @@ import type { FileDigests } from './file-digests.js'
 import type { Settings } from './options.js'
 import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from './symbols.js'
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
-import { addVary, chosen, field, preferencesOf } from './preferences.js'
+import { addVary, chosen, field, preferencesOf, representationAlgorithm } from './preferences.js'
 import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './response-coverage.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
@@ -20,19 +20,6 @@ type DigestReply = FileReply & {
   [kSuppliedDigests]?: SuppliedDigests | null
   [kUnencodedDigest]?: Unencoded | null
   [kSentDigests]?: SentDigests | null
-}
-
-/**
- * The algorithm of Unencoded-Digest for this response, chosen as for Repr-Digest: asked for with
- * Want-Unencoded-Digest, or sent unasked (`responseDigests`, `integritySignatures`, a served file),
- * a supplied digest winning whenever it is acceptable.
- */
-function unencodedAlgorithm (settings: Settings, wantField: string | string[] | undefined, unasked: boolean,
-  isSupplied: (algorithm: Algorithm) => boolean): Algorithm | null {
-  const want = preferencesOf(wantField)
-  if (want !== null) return chosen(settings, want, isSupplied) ?? chosen(settings, want, () => true)
-  if (!unasked) return null
-  return [...settings.algorithms.values()].find(isSupplied) ?? settings.algorithms.values().next().value as Algorithm
 }
 
 /**
@@ -58,7 +45,8 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const codings = codingsOfReply(reply)
     // A supplied digest is of the representation as the handler sent it: unencoded if uncoded.
     const supplied = codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null
-    const algorithm = unencodedAlgorithm(settings, wantField, unasked, (known) => supplied?.[known.key] !== undefined)
+    const algorithm = representationAlgorithm(settings, preferencesOf(wantField), unasked,
+      (known) => supplied?.[known.key] !== undefined)
     if (algorithm === null || covers.repr === 'none' || codings === null) {
       done(null, payload)
       return
@@ -136,22 +124,10 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
       : wantContent !== null
         ? chosen(settings, wantContent, () => true)
         : fields.has('content-digest') ? preferred : null
-    // A digest the application supplied wins whenever the client accepts its algorithm, so that a
-    // stored checksum is sent instead of hashing the representation again.
-    let reprAlgorithm: Algorithm | null = null
-    if (covers.repr !== 'none') {
-      if (wantRepr !== null) {
-        reprAlgorithm = chosen(settings, wantRepr, isSupplied) ?? chosen(settings, wantRepr, () => true)
-      } else if (fields.has('repr-digest')) {
-        reprAlgorithm = [...settings.algorithms.values()].find(isSupplied) ?? preferred
-      }
-    }
-    const reprValue = reprAlgorithm !== null && isSupplied(reprAlgorithm)
-      ? supplied?.[reprAlgorithm.key] as Buffer
-      : null
-    if (reprValue !== null) reply.header('repr-digest', field(reprAlgorithm as Algorithm, reprValue))
-    const sent = reprValue === null ? reprAlgorithm : null
-    sendDigestsOf(request, reply, payload, { contentAlgorithm, reprAlgorithm: sent, covers, files, settings })
+    // Every response that gets here has a representation (those without one went above).
+    const reprAlgorithm = representationAlgorithm(settings, wantRepr, fields.has('repr-digest'), isSupplied)
+    const reprSupplied = reprAlgorithm === null ? undefined : supplied?.[reprAlgorithm.key]
+    sendDigestsOf(request, reply, payload, { contentAlgorithm, reprAlgorithm, reprSupplied, covers, files, settings })
       .then((sending) => done(null, sending), () => done(null, payload))
   }
 }
@@ -159,6 +135,8 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
 interface Sending {
   readonly contentAlgorithm: Algorithm | null
   readonly reprAlgorithm: Algorithm | null
+  /** The application's digest of the representation, with `reprAlgorithm`, sent as it is. */
+  readonly reprSupplied: Buffer | undefined
   readonly covers: Coverage
   readonly files: FileDigests
   readonly settings: Settings
@@ -167,7 +145,8 @@ interface Sending {
 /** Finds the digests a response sends, puts each in the header or the trailer section, and signs. */
 async function sendDigestsOf (request: FastifyRequest, reply: DigestReply, payload: unknown, plan: Sending):
 Promise<unknown> {
-  const { contentAlgorithm, reprAlgorithm, covers, files, settings } = plan
+  const { contentAlgorithm, reprSupplied, covers, files, settings } = plan
+  const reprAlgorithm = reprSupplied === undefined ? plan.reprAlgorithm : null
   const file = fileOf(reply, payload)
   const content = reply.statusCode === 204 ? '' : payload ?? ''
   const sent: Array<[SentField, Algorithm]> = []
@@ -195,6 +174,10 @@ Promise<unknown> {
         else callback(null, field(algorithm, values.get(algorithm) as Buffer))
       })
     }
+  }
+  if (reprSupplied !== undefined) {
+    const supplied = plan.reprAlgorithm as Algorithm
+    place({ now: new Map([[supplied, reprSupplied]]) }, [['repr-digest', supplied]])
   }
   if (sent.length > 0) {
     const digests = await digestsOfPayload(content, [], distinct(sent.map(([, algorithm]) => algorithm)), file,
