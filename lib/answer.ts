@@ -1,6 +1,7 @@
 /** The one way a problem leaves: as the reply's problem document, logged once. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { DigestProblem } from './problems.js'
+import { uploadCompleteOf } from './resumable.js'
 
 /**
  * Makes the reply the problem, as RFC 9457 says, and returns its payload; logs what was found,
@@ -17,6 +18,7 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
     .code(problem.statusCode)
     .headers(problem.headers)
     .type('application/problem+json')
+  uploadCompleteOf(request, reply)
   // As a Buffer, so Fastify sends the media type as registered: JSON defines no charset parameter
   // (RFC 8259 section 11).
   return Buffer.from(reply.serializeInput(problem.document, problem.schema))

@@ -2,24 +2,28 @@
 import type { Hash } from 'node:crypto'
 import type { Algorithm } from './algorithms.js'
 import type { UnencodedHasher } from './unencoded.js'
+import type { RunningUpload } from './resumable.js'
 
 export class ContentHashes {
   readonly #algorithms: readonly Algorithm[]
   readonly #decoder: UnencodedHasher | null
+  readonly #upload: RunningUpload | null
   // Content that arrives in one chunk is hashed in one call at its end, without setting up a Hash
   // (most of the cost of a small body): the chunk waits here, held back from readers. Every other
   // chunk is hashed as it arrives, before any reader can see it.
   #only: Buffer | null = null
   #hashes: Hash[] | null = null
 
-  constructor (algorithms: readonly Algorithm[], decoder: UnencodedHasher | null) {
+  constructor (algorithms: readonly Algorithm[], decoder: UnencodedHasher | null, upload: RunningUpload | null) {
     this.#algorithms = algorithms
     this.#decoder = decoder
+    this.#upload = upload
   }
 
   /** Takes a chunk readers cannot see yet; a first one may wait until the next arrives. */
   add (bytes: Buffer): void {
-    if (this.#hashes === null && this.#only === null) this.#only = bytes
+    // An upload's running digest takes every chunk as it arrives, so none waits.
+    if (this.#hashes === null && this.#only === null && this.#upload === null) this.#only = bytes
     else this.hash(bytes)
   }
 
@@ -32,6 +36,7 @@ export class ContentHashes {
       if (only !== null) this.hash(only)
     }
     for (const hash of this.#hashes) hash.update(bytes)
+    this.#upload?.update(bytes)
     this.#decoder?.write(bytes)
   }
 

@@ -21,6 +21,7 @@ export function decorate (fastify: FastifyInstance): void {
   fastify.decorateRequest('digest', null)
   fastify.decorateRequest(kPendingContent, null)
   fastify.decorateRequest(kVerifiedFiles, null)
+  fastify.decorateRequest('resumableUpload', null)
   fastify.decorateRequest('digestVerdict', function (this: FastifyRequest) { return digestVerdict(this) })
   fastify.decorateRequest('verifiedFiles', function (this: FilesRequest) {
     return (this[kVerifiedFiles] ??= new VerifiedFiles(this))

@@ -7,7 +7,9 @@ export const problemCodes = {
   mismatched: 'FST_DIGEST_FIELDS_MISMATCHING_VALUE',
   // about:blank problems, and every problem under disclosure `none`, by status.
   400: 'FST_DIGEST_FIELDS_BAD_REQUEST',
-  413: 'FST_DIGEST_FIELDS_CONTENT_TOO_LARGE'
+  413: 'FST_DIGEST_FIELDS_CONTENT_TOO_LARGE',
+  // An append at an offset other than the upload's (resumable.ts).
+  409: 'FST_DIGEST_FIELDS_MISMATCHING_UPLOAD_OFFSET'
 } as const
 
 export type ProblemCode = typeof problemCodes[keyof typeof problemCodes]

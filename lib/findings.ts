@@ -120,6 +120,8 @@ export const refusals = {
   bytesAfterCoding: (coding: string) =>
     general(`${unencodedUnverifiable}: the content has bytes after the end of its ${coding} coding`),
   undecodable: (reason: string) => general(`${unencodedUnverifiable}: the content does not decode: ${reason}`),
+  /** draft-ietf-httpbis-resumable-upload: an append or creation says whether it completes the upload. */
+  uploadComplete: () => general('Upload-Complete must be a structured-field Boolean, ?0 or ?1'),
   decodesPastLimit: (limit: number) =>
     general(`${unencodedUnverifiable}: the content decodes to more than ${limit} bytes`, 413)
 } as const

@@ -3,7 +3,8 @@
 //                  error handler that answers problems are added to the route
 //   arrival        Expect: 100-continue answered only once the content is read (continue.ts)
 //   onRequest      judgeContentAtSource: fields judged before any content (fields.ts, findings.ts);
-//                  request.raw taken over (request-verification.ts, verifier.ts, source.ts)
+//                  an upload's running digest started or loaded (resumable.ts); request.raw taken
+//                  over (request-verification.ts, verifier.ts, source.ts)
 //   as it arrives  each chunk hashed (content-hashes.ts, unencoded.ts), the tail held back
 //                  (held-content.ts); at the end, digests compared (verdict.ts), then the end
 //                  delivered or the stream failed with the problem
@@ -42,6 +43,7 @@ import { decorate } from './decorations.js'
 import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kVerifiedFiles } from './symbols.js'
 import { declaredBeforeRegistration } from './warnings.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
+import { isUploadRequest, startUpload } from './resumable.js'
 
 export type * from './types.js'
 export { DigestProblem } from './problems.js'
@@ -92,6 +94,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   const files = new FileDigests(fileDigestLimits(digestOptions))
   // While no route requires a field, a request without one is done with after seven header lookups.
   let anyRequired = defaults.required
+  // Upload creations and appends are followed whatever fields they carry.
+  let anyResumable = false
   // Routes declared before the plugin was registered, each reported once.
   const unseen = new WeakSet<object>()
 
@@ -121,6 +125,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     route.config = { ...route.config, [kRouteSettings]: settings } as RouteConfig
     if (settings === null) return
     anyRequired ||= settings.required
+    anyResumable ||= settings.resumable !== null
     // After every onRoute hook has added its own (a microtask runs once the route's onRoute hooks
     // have), so that the digests cover the bytes sent, after @fastify/compress whichever plugin was
     // registered first (RFC 9530 section 2); on Fastify's own HEAD route, just before the hook that
@@ -174,18 +179,29 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       return
     }
     if (prior instanceof TrailerWatch) prior.detach()
-    if (noFields && !anyRequired) {
+    if (noFields && !anyRequired && !anyResumable) {
       request[kPendingContent] = watchTrailers(request, reply, settingsOf)
       done()
       return
     }
     const settings = settingsOf(request)
-    if (settings === null || (noFields && !settings.required)) {
+    const resumable = settings?.resumable == null || !isUploadRequest(request.headers) ? null : settings.resumable
+    if (settings === null || (noFields && !settings.required && resumable === null)) {
       request[kPendingContent] = settings === null ? null : watchTrailers(request, reply, settingsOf)
       done()
       return
     }
-    verifyRequest(request, reply, settings, settingsOf, (pending) => { request[kPendingContent] = pending }, done)
+    const attach = (pending: PendingContent | null): void => { request[kPendingContent] = pending }
+    if (resumable === null) {
+      verifyRequest(request, reply, settings, settingsOf, attach, done, null)
+      return
+    }
+    // The upload's state may have to be loaded: content that arrives meanwhile waits unread.
+    startUpload(request, settings, resumable).then((upload) => {
+      if (upload instanceof DigestProblem) return done(upload)
+      request.resumableUpload = upload
+      verifyRequest(request, reply, settings, settingsOf, attach, done, upload)
+    }, done)
   })
 
   // Files saved with request.verifiedFiles() and not committed are removed once the answer is sent

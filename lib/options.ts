@@ -5,7 +5,7 @@ import type {
   DigestAlgorithms,
   DigestDisclosure,
   DigestProblemTypes,
-  DigestRouteOptions,
+  DigestRouteConfig,
   ResponseDigestField,
   FastifyDigestFieldsOptions
 } from './types.js'
@@ -13,6 +13,7 @@ import type { FileDigestLimits } from './file-digests.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
 import { invalidOption } from './errors.js'
 import { integritySigner, type IntegritySigner } from './integrity-signatures.js'
+import type { ResumableSettings } from './resumable.js'
 
 /** Options normalized once, at registration or route declaration; every request reads only this. */
 export interface Settings {
@@ -33,6 +34,8 @@ export interface Settings {
   readonly typeBase: string
   /** Signs the Unencoded-Digest of every response that carries one in its header section. */
   readonly signer: IntegritySigner | null
+  /** The route takes resumable uploads: a running digest is carried between requests. */
+  readonly resumable: ResumableSettings | null
 }
 
 const defaultAlgorithms = ['sha-256', 'sha-512'] as const
@@ -46,6 +49,8 @@ const routeKeys = [
   'integritySignatures'
 ]
 const pluginKeys = [...routeKeys, 'problemTypesBase', 'fileDigests']
+// What only a route can say: where the state of its uploads is.
+const routeOnlyKeys = [...routeKeys, 'resumable']
 const fileDigestDefaults: FileDigestLimits = { hashBeforeSending: 4 * 1024 * 1024, maxEntries: 10_000 }
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
@@ -116,7 +121,7 @@ function normalizeBase (value: unknown): string {
   return value + '#'
 }
 
-function build (where: string, options: DigestRouteOptions, inherited: Settings | undefined, typeBase: string):
+function build (where: string, options: DigestRouteConfig, inherited: Settings | undefined, typeBase: string):
 Settings {
   const {
     algorithms,
@@ -126,7 +131,8 @@ Settings {
     problemTypes = inherited?.problemTypes ?? 'draft-00',
     problemLogLevel = inherited?.problemLogLevel ?? 'info',
     responseDigests = inherited?.responseDigests ?? [],
-    integritySignatures
+    integritySignatures,
+    resumable
   } = options
   checkOneOf(where, 'disclosure', disclosures, disclosure)
   checkOneOf(where, 'problemTypes', shapes, problemTypes)
@@ -142,7 +148,8 @@ Settings {
     typeBase,
     signer: integritySignatures === undefined
       ? inherited?.signer ?? null
-      : integritySignatures === false ? null : integritySigner(where, integritySignatures)
+      : integritySignatures === false ? null : integritySigner(where, integritySignatures),
+    resumable: resumable === undefined ? null : resumableSettings(where, resumable)
   }
   if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }
   const normalized = normalizeAlgorithms(where, algorithms ?? defaultAlgorithms)
@@ -153,6 +160,14 @@ Settings {
     preferences,
     wantField: serializePreferences(preferences)
   }
+}
+
+function resumableSettings (where: string, value: unknown): ResumableSettings {
+  checkObject(`${where}: resumable`, value)
+  checkKeys(`${where}: resumable`, value, ['loadState'])
+  const { loadState } = value as Partial<ResumableSettings>
+  if (typeof loadState !== 'function') fail(where, `resumable.loadState must be a function, got ${show(loadState)}`)
+  return { loadState }
 }
 
 /** A list of the digest fields the plugin sends on responses. */
@@ -201,6 +216,6 @@ export function routeSettings (defaults: Settings, config: unknown, route: strin
   if (config === undefined) return defaults
   const where = `config.digest of ${route}`
   checkObject(where, config)
-  checkKeys(where, config, routeKeys)
+  checkKeys(where, config, routeOnlyKeys)
   return build(where, config, defaults, defaults.typeBase)
 }

@@ -13,6 +13,7 @@ import { failSource, hasIntegrityTrailer, readToEnd } from './source.js'
 import { kTrailerWatch } from './symbols.js'
 import { compareDigests } from './verdict.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
+import { isUploadRequest, type RunningUpload } from './resumable.js'
 
 type HookDone = (error?: Error) => void
 
@@ -27,7 +28,8 @@ function answerUnheard (problem: DigestProblem, heard: boolean, request: Fastify
 /**
  * Judges the digest fields of a request, then checks an empty content at once, or verifies the
  * content at its source, request.raw, whoever reads it. `attached` is given the verifier before
- * `done` lets the next hook run.
+ * `done` lets the next hook run. The content of an upload creation or append also continues the
+ * upload's running digest, so it is always taken over.
  */
 export function verifyRequest (
   request: FastifyRequest,
@@ -35,20 +37,27 @@ export function verifyRequest (
   settings: Settings,
   settingsOf: TrailerWatch['settingsOf'],
   attached: (pending: PendingContent | null) => void,
-  done: HookDone
+  done: HookDone,
+  upload: RunningUpload | null
 ): void {
   const headers = request.headers
-  const partial = isPartial(headers['content-range'])
+  // An upload's Repr-Digest is the creation's, of every append together (resumable.ts).
+  const partial = upload !== null || (settings.resumable !== null && isUploadRequest(headers)) ||
+    isPartial(headers['content-range'])
   const refuse = (findings: readonly Finding[]): void => { done(problemFor(settings, findings)) }
   const { findings, expectations } = judgeFields(headers, settings, partial)
   if (findings.length > 0) return refuse(findings)
   const announced = announcedFields(headers)
   const length = declaredLength(request)
   if (expectations.length === 0 && announced.length === 0) {
-    if (settings.required && length !== 0) return refuse([refusals.missingField(settings.algorithms.keys())])
-    attached(watchTrailers(request, reply, settingsOf))
-    done()
-    return
+    if (settings.required && length !== 0 && upload?.checked !== true) {
+      return refuse([refusals.missingField(settings.algorithms.keys())])
+    }
+    if (upload === null) {
+      attached(watchTrailers(request, reply, settingsOf))
+      done()
+      return
+    }
   }
   const transferCoding = keptTransferCoding(headers['transfer-encoding'])
   if (transferCoding !== null) return refuse([transferCoding])
@@ -58,7 +67,10 @@ export function verifyRequest (
     const received = new Map(expectations.map(({ algorithm }) => [algorithm, algorithm.emptyDigest]))
     const verdict = compareDigests(expectations, { received, unencoded: null })
     if (Array.isArray(verdict)) return refuse(verdict)
-    request.digest = verdict
+    const whole = upload?.findings()
+    if (whole != null) return refuse(whole)
+    upload?.accept()
+    if (verdict.fields.length > 0) request.digest = verdict
     done()
     return
   }
@@ -95,6 +107,7 @@ export function verifyRequest (
     algorithms,
     unencoded,
     partial,
+    upload,
     coded,
     closeDelimiter: delimiter,
     verified (digest) { request.digest = digest },

@@ -9,6 +9,7 @@ import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDi
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
 import { addVary, chosen, field, preferencesOf, representationAlgorithm } from './preferences.js'
 import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './response-coverage.js'
+import { uploadReprDigests } from './resumable.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 interface Unencoded { readonly algorithm: Algorithm, readonly digests: Digests }
@@ -93,8 +94,9 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     const wantUnencodedField = request.headers['want-unencoded-digest']
     const served = reply[kServedFile]
     const unencoded = reply[kUnencodedDigest]
+    const upload = uploadReprDigests(request, reply.statusCode, payload)
     if (wantContentField === undefined && wantReprField === undefined && wantUnencodedField === undefined &&
-      !unsolicitedContent && !unsolicitedRepr && served == null && unencoded == null) {
+      !unsolicitedContent && !unsolicitedRepr && served == null && unencoded == null && upload === null) {
       done(null, payload)
       return
     }
@@ -114,18 +116,21 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     // A content coding added after the handler (@fastify/compress) changes the representation
     // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
     const codings = codingsOfReply(reply)
-    const supplied = codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null
+    const supplied = upload?.digests ?? (codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const fields = new Set([...settings.responseDigests, ...(served?.fields ?? [])])
     const wantContent = preferencesOf(wantContentField)
-    const wantRepr = preferencesOf(wantReprField)
+    const wantRepr = preferencesOf(wantReprField) ?? upload?.want ?? null
     const contentAlgorithm = !covers.content
       ? null
       : wantContent !== null
         ? chosen(settings, wantContent, () => true)
         : fields.has('content-digest') ? preferred : null
     // Every response that gets here has a representation (those without one went above).
-    const reprAlgorithm = representationAlgorithm(settings, wantRepr, fields.has('repr-digest'), isSupplied)
+    // An upload's answer without content sends the upload's digest so far, or none.
+    const reprAlgorithm = upload === null
+      ? representationAlgorithm(settings, wantRepr, fields.has('repr-digest'), isSupplied)
+      : wantRepr === null ? null : chosen(settings, wantRepr, isSupplied)
     const reprSupplied = reprAlgorithm === null ? undefined : supplied?.[reprAlgorithm.key]
     sendDigestsOf(request, reply, payload, { contentAlgorithm, reprAlgorithm, reprSupplied, covers, files, settings })
       .then((sending) => done(null, sending), () => done(null, payload))

@@ -108,6 +108,18 @@ export const mismatchedValuesSchema = {
     ['algorithm', 'header', 'provided_digest'])
 } as const
 
+export const mismatchingUploadOffsetSchema = {
+  title: 'mismatching-upload-offset',
+  description: 'An append names an offset other than the upload\'s (draft-ietf-httpbis-resumable-upload).',
+  type: 'object',
+  required: ['type', 'title', 'expected-offset'],
+  properties: {
+    ...problemMembers,
+    'expected-offset': { type: 'integer', description: 'The offset of the upload resource' },
+    'provided-offset': { type: 'integer', description: 'The offset of the append request, when it named a valid one' }
+  }
+} as const
+
 export const digestProblemSchemas = {
   unsupportedAlgorithm: unsupportedAlgorithmSchema,
   invalidValue: invalidValueSchema,
@@ -115,7 +127,8 @@ export const digestProblemSchemas = {
   unsupportedAlgorithms: unsupportedAlgorithmsSchema,
   invalidValues: invalidValuesSchema,
   mismatchedValues: mismatchedValuesSchema,
-  general: generalProblemSchema
+  general: generalProblemSchema,
+  mismatchingUploadOffset: mismatchingUploadOffsetSchema
 } as const
 
 export type ProblemSchema = typeof digestProblemSchemas[keyof typeof digestProblemSchemas]

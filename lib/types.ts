@@ -63,6 +63,50 @@ export interface DigestRouteOptions {
   integritySignatures?: IntegritySignatures | false
 }
 
+/** What only a route can set under `config.digest`. */
+export interface DigestRouteConfig extends DigestRouteOptions {
+  /**
+   * The route creates resumable uploads or appends to them (draft-ietf-httpbis-resumable-upload):
+   * the creation's Repr-Digest covers every append together, and is compared when the upload
+   * completes. See docs/resumable-uploads.md.
+   */
+  resumable?: ResumableUploadOptions
+}
+
+/** How the plugin finds the running digest of the upload an append names. */
+export interface ResumableUploadOptions {
+  /**
+   * The state stored with the upload (what `request.resumableUpload.state()` gave for its last
+   * request), or null when the upload is not known, which leaves the append to the application.
+   * Called before the append's content is read; an error it throws is answered by Fastify.
+   */
+  loadState (request: import('fastify').FastifyRequest): string | null | undefined |
+  Promise<string | null | undefined>
+}
+
+/** `request.resumableUpload`: an upload creation or append on a resumable route. */
+export interface ResumableUpload {
+  /** The request creates the upload (else it appends to one). */
+  readonly creation: boolean
+  /** `Upload-Complete: ?1`: the upload ends with this request's content. */
+  readonly complete: boolean
+  /** The offset this request's content starts at: 0 for a creation, the agreed `Upload-Offset` of an append. */
+  readonly offset: number
+  /**
+   * The whole upload's digest did not match the creation's `Repr-Digest` when this request completed
+   * it: the upload failed, and nothing of it should be kept (the plugin answers with the problem).
+   */
+  readonly failed: boolean
+  /**
+   * The running digest's state to store with the upload, a few hundred bytes of JSON: once the
+   * content is verified it covers it; before, or after a failure or abort, it is the state the
+   * request started from.
+   */
+  state (): string
+  /** The digests of the whole upload so far, once this request's content is verified; else empty. */
+  digests (): Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
+}
+
 /** The key that signs Unencoded-Digest for signature-based SRI. */
 export interface IntegritySignatures {
   /** An Ed25519 private key, as a `KeyObject` or PEM; the `keyid` is the base64 of its raw public key. */
@@ -152,7 +196,7 @@ export type DigestProblemDocument = DraftProblemDocument | RegisteredProblemDocu
 declare module 'fastify' {
   interface FastifyContextConfig {
     /** Per-route settings of fastify-digest-fields; `false` switches the plugin off for the route. */
-    digest?: DigestRouteOptions | false
+    digest?: DigestRouteConfig | false
   }
   interface FastifyRequest {
     /** Set once the content has been verified against its integrity fields; `null` otherwise. */
@@ -165,6 +209,8 @@ declare module 'fastify' {
     digestVerdict (): Promise<VerifiedDigest | null>
     /** Saves files beside their destinations and moves them into place only once the request verified. */
     verifiedFiles (): VerifiedFiles
+    /** The upload a request creates or appends to, on a route with `config.digest.resumable`; else null. */
+    resumableUpload: ResumableUpload | null
   }
   interface FastifyReply {
     /**

@@ -10,6 +10,7 @@ import { maxEpilogue, type HeldContent } from './held-content.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { hasIntegrityTrailer, type Source } from './source.js'
 import type { Verification } from './verifier.js'
+import type { RunningUpload } from './resumable.js'
 
 /** The digests calculated over the content: of the bytes received, and of the decoded content. */
 export interface Digests {
@@ -61,6 +62,7 @@ export interface Completed {
   readonly unencoded: ReadonlyMap<Algorithm, Buffer> | GeneralFinding | null
   /** More followed a multipart close delimiter than could be held. */
   readonly overflowed: boolean
+  readonly upload: RunningUpload | null
 }
 
 /** What was verified, or the findings that refuse the content. */
@@ -83,8 +85,13 @@ export function verdictOf (content: Completed): VerifiedDigest | Finding[] {
     return [refusals.longEpilogue(maxEpilogue)]
   }
   // A field announced in Trailer but never sent leaves nothing checked, which `required` refuses.
-  if (all.length === 0 && settings.required) return [refusals.missingField(settings.algorithms.keys())]
-  return compareDigests(all, { received, unencoded: unencoded as ReadonlyMap<Algorithm, Buffer> | null })
+  if (all.length === 0 && settings.required && content.upload?.checked !== true) {
+    return [refusals.missingField(settings.algorithms.keys())]
+  }
+  const verdict = compareDigests(all, { received, unencoded: unencoded as ReadonlyMap<Algorithm, Buffer> | null })
+  // The whole upload is compared once this request's own content passed (draft-ietf-httpbis-
+  // resumable-upload, "Integrity Digests").
+  return Array.isArray(verdict) ? verdict : content.upload?.findings() ?? verdict
 }
 
 /**
@@ -113,6 +120,7 @@ export function judgeContent (
       return
     }
     if (verdict.fields.length > 0) verification.verified(verdict)
+    verification.upload?.accept()
     callback(null)
   }
   if (verification.unencoded === null) decide(null)

@@ -9,6 +9,7 @@ import type { Expectation } from './fields.js'
 import type { Settings } from './options.js'
 import type { DigestProblem } from './problems.js'
 import type { UnencodedHasher } from './unencoded.js'
+import type { RunningUpload } from './resumable.js'
 import { ContentHashes } from './content-hashes.js'
 import { HeldContent } from './held-content.js'
 import { failSource, readToEnd, type Source } from './source.js'
@@ -34,8 +35,10 @@ export interface Verification {
   readonly algorithms: readonly Algorithm[]
   /** Hashes the decoded content, when Unencoded-Digest is checked and a content coding applies. */
   readonly unencoded: UnencodedHasher | null
-  /** Whether Content-Range makes the request partial (its Repr-Digest is not compared). */
+  /** Whether Content-Range or an upload makes the request partial (its Repr-Digest is not compared). */
   readonly partial: boolean
+  /** The resumable upload the content goes to, whose running digest it continues. */
+  readonly upload: RunningUpload | null
   /** Whether a content coding applies, which an Unencoded-Digest must be checked without. */
   readonly coded: boolean
   /** A multipart body's close delimiter, after which everything is held until the verdict. */
@@ -91,7 +94,7 @@ export class SourceVerifier implements PendingContent {
     this.#push = source.push
     this.#read = source._read
     this.#verification = verification
-    this.#hashes = new ContentHashes(verification.algorithms, verification.unencoded)
+    this.#hashes = new ContentHashes(verification.algorithms, verification.unencoded, verification.upload)
     this.#held = new HeldContent(verification.closeDelimiter)
   }
 

@@ -1,0 +1,210 @@
+// Resumable uploads (draft-ietf-httpbis-resumable-upload-12) over the filesystem, with the digest
+// of the whole upload verified across appends, restarts and servers: `node examples/resumable-upload-server.js`.
+//   POST   /resumable       creates an upload (Upload-Complete: ?0 or ?1), with its first content
+//   HEAD   /resumable/:id   its offset
+//   PATCH  /resumable/:id   appends (Content-Type: application/partial-upload, Upload-Offset)
+//   DELETE /resumable/:id   cancels it
+// Each upload is two files in UPLOAD_DIR: `<id>.part`, the bytes received, and `<id>.json`, its
+// offset and the running digest's state; a completed upload is moved to `<id>`.
+import { randomUUID } from 'node:crypto'
+import { createWriteStream, realpathSync } from 'node:fs'
+import { mkdir, mkdtemp, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pipeline } from 'node:stream/promises'
+import { fileURLToPath } from 'node:url'
+import Fastify from 'fastify'
+import fastifyDigestFields from 'fastify-digest-fields'
+
+// Upload ids are 32 hex digits: read from the URL before validation too, never a path of their own.
+const idPattern = /^[0-9a-f]{32}$/
+const uploadId = { type: 'object', properties: { id: { type: 'string', pattern: idPattern.source } }, required: ['id'] }
+
+/**
+ * One request at a time on an upload (the draft's "Concurrency"): a new one ends the one still
+ * running and waits until it has put the upload's files back in order. A request holds its upload
+ * until its handler is done; one refused before its handler, until its response is sent (or its
+ * client leaves).
+ */
+class UploadLocks {
+  #held = new Map()
+
+  async acquire (id, request, reply) {
+    const previous = this.#held.get(id)
+    const lock = { request, inHandler: false, done: false }
+    lock.released = new Promise((resolve) => {
+      lock.release = () => {
+        lock.done = true
+        if (this.#held.get(id) === lock) this.#held.delete(id)
+        resolve()
+      }
+    })
+    this.#held.set(id, lock)
+    request.uploadLock = lock
+    reply.raw.once('close', () => { if (!lock.inHandler && !reply.raw.writableFinished) lock.release() })
+    if (previous !== undefined) {
+      previous.request.raw.destroy()
+      await previous.released
+    }
+  }
+
+  /** Runs a handler's work on the upload, unless a newer request took it over meanwhile. */
+  async within (request, work) {
+    const lock = request.uploadLock
+    if (lock.done) throw Object.assign(new Error('a newer request took the upload over'), { statusCode: 409 })
+    lock.inHandler = true
+    try {
+      return await work()
+    } finally {
+      lock.release()
+    }
+  }
+}
+
+export async function buildServer ({ uploadDir, logger = true } = {}) {
+  const app = Fastify({ logger })
+  const locks = new UploadLocks()
+  app.decorateRequest('uploadLock', null)
+  // Before the plugin's hook, which loads the upload's state: the upload is held first.
+  app.addHook('onRequest', async (request, reply) => {
+    if (idPattern.test(request.params.id)) await locks.acquire(request.params.id, request, reply)
+  })
+  await app.register(fastifyDigestFields)
+  // Content that arrived with the head is judged before any handler runs: an append that completed
+  // the upload and failed its digest is refused there, and the upload removed here before the
+  // answer goes.
+  app.addHook('onSend', async (request, _reply, payload) => {
+    const lock = request.uploadLock
+    if (lock !== null && !lock.inHandler && request.resumableUpload?.failed === true) await cancel(request.params.id)
+    return payload
+  })
+  app.addHook('onResponse', async (request) => {
+    if (request.uploadLock?.inHandler === false) request.uploadLock.release()
+  })
+  // Nothing parses the content: the handlers stream request.raw to the upload's file.
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+
+  const paths = (id) => ({ part: join(uploadDir, `${id}.part`), meta: join(uploadDir, `${id}.json`), done: join(uploadDir, id) })
+
+  async function readMeta (id) {
+    try {
+      return JSON.parse(await readFile(paths(id).meta, 'utf8'))
+    } catch {
+      return null
+    }
+  }
+
+  // Written beside and renamed, so that a crash leaves the old metadata or the new, never half.
+  async function writeMeta (id, meta) {
+    const path = paths(id).meta
+    const temporary = `${path}.${randomUUID()}.tmp`
+    await writeFile(temporary, JSON.stringify(meta), { flush: true })
+    await rename(temporary, path)
+  }
+
+  async function cancel (id) {
+    const { part, meta } = paths(id)
+    await Promise.all([rm(part, { force: true }), rm(meta, { force: true })])
+  }
+
+  /**
+   * Appends the request's content at the offset agreed with the plugin. Only verified content is
+   * kept: on any failure (a digest, an abort) the file goes back to where the request started, and
+   * an upload whose whole digest failed is removed.
+   */
+  async function append (id, request, meta) {
+    const upload = request.resumableUpload
+    const { part } = paths(id)
+    const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
+    try {
+      await pipeline(request.raw, writer)
+    } catch (error) {
+      if (upload.failed) await cancel(id)
+      else await truncate(part, upload.offset)
+      throw error
+    }
+    const updated = { ...meta, offset: upload.offset + writer.bytesWritten, state: upload.state() }
+    if (upload.complete) {
+      await rename(part, paths(id).done)
+      updated.complete = true
+      updated.digests = Object.fromEntries(Object.entries(upload.digests()).map(([key, value]) => [key, value.toString('base64')]))
+    }
+    await writeMeta(id, updated)
+    return updated
+  }
+
+  // Upload-Complete: ?1 is the answer of the resource the upload was for: here, what was stored.
+  function answer (reply, id, meta, status) {
+    reply.header('upload-complete', meta.complete ? '?1' : '?0')
+    if (meta.complete) return reply.code(200).send({ id, size: meta.offset, digests: meta.digests })
+    return reply.code(status).header('upload-limit', 'min-size=0').send()
+  }
+
+  // Where the plugin finds the running digest an append continues.
+  const resumable = {
+    async loadState (request) {
+      const meta = idPattern.test(request.params.id) ? await readMeta(request.params.id) : null
+      return meta === null || meta.complete ? null : meta.state
+    }
+  }
+
+  app.post('/resumable', { config: { digest: { resumable } } }, async (request, reply) => {
+    const upload = request.resumableUpload
+    if (upload === null) {
+      return reply.code(400).type('application/problem+json')
+        .send({ type: 'about:blank', title: 'Bad Request', detail: 'an upload creation carries Upload-Complete' })
+    }
+    const id = randomUUID().replaceAll('-', '')
+    reply.header('location', `/resumable/${id}`)
+    await locks.acquire(id, request, reply)
+    return locks.within(request, async () => {
+      // Stored before any content, so that an interrupted creation can be resumed from offset 0.
+      const meta = { offset: 0, complete: false, state: upload.state() }
+      await writeMeta(id, meta)
+      return answer(reply, id, await append(id, request, meta), 201)
+    })
+  })
+
+  app.head('/resumable/:id', { schema: { params: uploadId } }, (request, reply) => locks.within(request, async () => {
+    const meta = await readMeta(request.params.id)
+    if (meta === null) return reply.code(404).send()
+    return reply.code(204).headers({
+      'upload-offset': String(meta.offset),
+      'upload-complete': meta.complete ? '?1' : '?0',
+      'upload-limit': 'min-size=0',
+      'cache-control': 'no-store'
+    }).send()
+  }))
+
+  const appendRoute = { schema: { params: uploadId }, config: { digest: { resumable } } }
+  app.patch('/resumable/:id', appendRoute, (request, reply) => locks.within(request, async () => {
+    const { id } = request.params
+    const meta = await readMeta(id)
+    if (meta === null) return reply.code(404).send({ error: 'Not Found', message: 'no such upload' })
+    if (meta.complete || request.resumableUpload === null) {
+      return reply.code(400).header('upload-complete', '?1').type('application/problem+json')
+        .send({ type: 'about:blank', title: 'Bad Request', detail: 'the upload is complete' })
+    }
+    // The plugin agreed on the offset with the stored state before the content was sent.
+    return answer(reply, id, await append(id, request, meta), 204)
+  }))
+
+  app.delete('/resumable/:id', { schema: { params: uploadId } }, (request, reply) => locks.within(request, async () => {
+    const meta = await readMeta(request.params.id)
+    if (meta === null || meta.complete) return reply.code(404).send()
+    await cancel(request.params.id)
+    return reply.code(204).send()
+  }))
+
+  return app
+}
+
+// Run directly, not imported: PORT and UPLOAD_DIR say where.
+if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const uploadDir = process.env.UPLOAD_DIR ?? await mkdtemp(join(tmpdir(), 'digest-resumable-'))
+  await mkdir(uploadDir, { recursive: true })
+  const app = await buildServer({ uploadDir })
+  await app.listen({ host: '127.0.0.1', port: Number(process.env.PORT ?? 3000) })
+  app.log.info(`uploads are kept in ${uploadDir}`)
+}
