@@ -82,9 +82,9 @@ export async function requestsPerSecond ({ server, method = 'POST', path, header
 }
 
 /** Streams `blocks` copies of `block` to PUT /upload; resolves with the wall time in seconds. */
-export async function upload (url, block, blocks, headers) {
+export async function upload (url, block, blocks, headers, path = '/upload') {
   const started = process.hrtime.bigint()
-  const req = request(`${url}/upload`, {
+  const req = request(url + path, {
     method: 'PUT',
     headers: { 'content-type': 'application/x-upload', 'content-length': block.length * blocks, ...headers }
   })

@@ -1,16 +1,20 @@
 // The floor of verification: `node bench/hash-alone.js <algorithm> <MiB> <chunk bytes>` hashes that
 // many MiB with crypto.createHash in chunks of the size the server sees, after a warm-up, in its own
-// process (pinned like a server), and reports the CPU seconds over IPC.
+// process (pinned like a server), and reports the CPU seconds over IPC. `wasm-sha256` and
+// `wasm-sha512` hash with hash-wasm, whose state resumable uploads save.
 import { createHash, randomBytes } from 'node:crypto'
+import { createSHA256, createSHA512 } from 'hash-wasm'
 
 const [algorithm, mib, chunkBytes] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])]
 const chunk = randomBytes(chunkBytes)
 const chunks = Math.round(mib * 1024 * 1024 / chunkBytes)
 
+const wasm = { 'wasm-sha256': await createSHA256(), 'wasm-sha512': await createSHA512() }[algorithm]
+
 function hashAll (count) {
-  const hash = createHash(algorithm)
+  const hash = wasm === undefined ? createHash(algorithm) : wasm.init()
   for (let i = 0; i < count; i++) hash.update(chunk)
-  return hash.digest()
+  return hash.digest('binary')
 }
 
 hashAll(Math.ceil(chunks / 16))

@@ -134,6 +134,41 @@ export function staticSection ({ fileBytes, count, samples }) {
     table(['configuration', 'server CPU µs per first request', 'ratio', 'later requests/s', 'server CPU µs per later request', 'later, per-round ratio to @fastify/static alone'], rows)
 }
 
+export function resumableSection ({ bytes, appendBytes, samples }) {
+  const gib = bytes / GiB
+  const cpu = (name) => samples[name].map((sample) => sample.cpu)
+  const extra = (name) => differences(cpu(name), cpu('no digest field'))
+  const uploads = ['sha-256', 'sha-512'].flatMap((algorithm) => {
+    const native = `Content-Digest ${algorithm}`
+    const running = `resumable creation, Repr-Digest ${algorithm}`
+    return [native, running].map((name) => [
+      name,
+      show(spread(extra(name).map((value) => value / gib))),
+      name === native ? '–' : times(ratios(extra(running), extra(native)))
+    ])
+  })
+  const floors = ['sha-256', 'sha-512'].map((algorithm) => [
+    algorithm,
+    show(spread(cpu(`createHash ${algorithm}`).map((value) => value / gib))),
+    show(spread(cpu(`hash-wasm ${algorithm}`).map((value) => value / gib))),
+    times(ratios(cpu(`hash-wasm ${algorithm}`), cpu(`createHash ${algorithm}`)))
+  ])
+  const plain = `${sizeName(appendBytes)} PUT, Content-Digest sha-256`
+  const append = `${sizeName(appendBytes)} append, sha-256 running`
+  const appends = [plain, append].map((name) => [
+    name,
+    show(spread(rpsOf(samples, name)), 0),
+    show(spread(cpuOf(samples, name)), 0),
+    name === plain ? '–' : `${times(ratios(rpsOf(samples, name), rpsOf(samples, plain)))} requests/s, ${times(ratios(cpuOf(samples, name), cpuOf(samples, plain)))} CPU`
+  ])
+  return `### ${sizeName(bytes)} upload\n\nExtra server CPU over the same upload without a digest field, in the same round.\n\n` +
+    table(['configuration', 'extra server CPU s/GiB', 'ratio to Content-Digest (createHash)'], uploads) +
+    '\n\nThe hashes alone, in 64 KiB chunks, each in a fresh process:\n\n' +
+    table(['algorithm', 'createHash s/GiB', 'hash-wasm s/GiB', 'ratio'], floors) +
+    `\n\n### ${sizeName(appendBytes)} requests, 50 at a time\n\nEach append loads the upload's state, hashes, and saves it; the PUT checks its Content-Digest only.\n\n` +
+    table(['configuration', 'requests/s', 'server CPU µs per request', 'per-round ratio to the PUT'], appends)
+}
+
 export function clientSection ({ bytes, downloadBytes, samples }) {
   const plain = 'undici'
   const intercepted = 'undici + digestInterceptor'

@@ -4,21 +4,21 @@
 // taskset can pin them; every comparison is a ratio taken within a round, reported as the median
 // of the rounds with their range.
 // BENCH_ROUNDS, BENCH_SECONDS and BENCH_UPLOAD_MIB lengthen or shorten it, BENCH_SEED replays an
-// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads,static,client runs some parts and prints
+// order, and BENCH_ONLY=small,pipelined,sweep,uploads,downloads,static,resumable,client runs some parts and prints
 // their samples without writing the report.
 import { randomBytes } from 'node:crypto'
 import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { download, getEach, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
-import { clientSection, staticSection, writeReport } from './report.js'
+import { clientSection, resumableSection, staticSection, writeReport } from './report.js'
 import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
 const seconds = Number(process.env.BENCH_SECONDS ?? 5)
 const uploadMiB = Number(process.env.BENCH_UPLOAD_MIB ?? 1024)
 const seed = benchSeed
-const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads,static,client').split(',')
+const parts = (process.env.BENCH_ONLY ?? 'small,pipelined,sweep,uploads,downloads,static,resumable,client').split(',')
 const KiB = 1024
 const MiB = 1024 * KiB
 const log = (line) => process.stderr.write(line + '\n')
@@ -174,6 +174,65 @@ async function staticFiles () {
   }
 }
 
+// Resumable uploads: the running digest of an upload, hashed with hash-wasm so that its state can be
+// saved between requests, against the plugin checking a Content-Digest with createHash, over one
+// large upload (a creation with Upload-Complete: ?1 and its Repr-Digest); and the fixed cost of an
+// append (its state loaded, its hash saved) in requests per second of small appends.
+async function resumable () {
+  const block = Buffer.alloc(MiB, 'resumable ')
+  const warmupBlocks = 64
+  const digest = (algorithm, blocks) => digestField(algorithm, Array(blocks).fill(block))
+  const uploadsOf = (field, algorithm, path, extra = {}) => ({
+    path,
+    measured: { [field]: digest(algorithm, uploadMiB), ...extra },
+    warmup: { [field]: digest(algorithm, warmupBlocks), ...extra }
+  })
+  const creation = { 'upload-complete': '?1' }
+  const configs = {
+    'no digest field': { path: '/upload', measured: {}, warmup: {} },
+    'Content-Digest sha-256': uploadsOf('content-digest', 'sha-256', '/upload'),
+    'resumable creation, Repr-Digest sha-256': uploadsOf('repr-digest', 'sha-256', '/resumable', creation),
+    'Content-Digest sha-512': uploadsOf('content-digest', 'sha-512', '/upload'),
+    'resumable creation, Repr-Digest sha-512': uploadsOf('repr-digest', 'sha-512', '/resumable', creation)
+  }
+  const floors = {
+    'createHash sha-256': 'sha256',
+    'hash-wasm sha-256': 'wasm-sha256',
+    'createHash sha-512': 'sha512',
+    'hash-wasm sha-512': 'wasm-sha512'
+  }
+  const appendBytes = 16 * KiB
+  const appendBody = Buffer.alloc(appendBytes, 'append ')
+  const appends = {
+    '16 KiB PUT, Content-Digest sha-256': { method: 'PUT', path: '/upload', headers: { 'content-type': 'application/x-upload', 'content-digest': digestField('sha-256', [appendBody]) } },
+    '16 KiB append, sha-256 running': {
+      method: 'PATCH',
+      path: '/resumable',
+      headers: { 'content-type': 'application/partial-upload', 'upload-offset': '0', 'upload-complete': '?0', 'content-digest': digestField('sha-256', [appendBody]) }
+    }
+  }
+  const names = [...Object.keys(configs), ...Object.keys(floors), ...Object.keys(appends)]
+  const samples = await measureRounds('resumable', names, async (name) => {
+    if (name in floors) return { cpu: await hashAlone(floors[name], uploadMiB, 64 * KiB) }
+    if (name in appends) {
+      return withServer('plugin', async (server) => {
+        // A creation first, whose state at offset 0 every append then starts from.
+        await upload(server.url, block, 1, { 'upload-complete': '?0', 'repr-digest': digest('sha-256', 1) }, '/resumable')
+        return await requestsPerSecond({ server, ...appends[name], body: appendBody, connections: 50, pipelining: 1, warmup: 2, seconds })
+      })
+    }
+    const { path, measured, warmup } = configs[name]
+    return withServer('plugin', async (server) => {
+      await upload(server.url, block, warmupBlocks, warmup, path)
+      const before = await server.stats()
+      const wall = await upload(server.url, block, uploadMiB, measured, path)
+      const after = await server.stats()
+      return { wall, cpu: after.cpu - before.cpu }
+    })
+  })
+  return { bytes: uploadMiB * MiB, appendBytes, samples }
+}
+
 // The interceptor's cost in the client process (this one): both configurations send the server the
 // same requests, the plain one with the Content-Digest the interceptor would add written in, and
 // download with the same Want-Repr-Digest, which the interceptor checks in the trailer section.
@@ -204,6 +263,7 @@ if (parts.includes('sweep')) results.sizes = await sweep()
 if (parts.includes('uploads')) results.large = await uploads()
 if (parts.includes('downloads')) results.downloads = await downloads()
 if (parts.includes('static')) results.static = await staticFiles()
+if (parts.includes('resumable')) results.resumable = await resumable()
 if (parts.includes('client')) results.client = await client()
 
 if (process.env.BENCH_ONLY) {
@@ -211,6 +271,7 @@ if (process.env.BENCH_ONLY) {
   // The client section as the full report writes it.
   if (results.client !== undefined) log(clientSection(results.client))
   if (results.static !== undefined) log(staticSection(results.static))
+  if (results.resumable !== undefined) log(resumableSection(results.resumable))
 } else {
   await writeReport({ started, settings: { rounds, seconds, uploadMiB, seed, pinned }, ...results })
 }

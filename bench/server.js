@@ -24,6 +24,7 @@ if (variant === 'plugin') {
   // BENCH_PLUGIN=<path to a build's index.js> measures another build of the plugin (A/B tests).
   const { default: fastifyDigestFields } = await import(process.env.BENCH_PLUGIN ?? 'fastify-digest-fields')
   await app.register(fastifyDigestFields)
+  resumableRoutes()
 } else if (variant === 'raw-body') {
   await app.register(fastifyRawBody, { global: true, encoding: false, runFirst: true })
   app.addHook('preHandler', (request, reply, done) => {
@@ -102,6 +103,27 @@ app.get('/download', async (request, reply) => {
   })
   return reply.type('application/octet-stream').send(stream)
 })
+
+// Resumable uploads: PUT /resumable takes a creation (Upload-Complete: ?1, its Repr-Digest compared
+// with the running hash); PATCH /resumable appends at offset 0 of one stored upload, again and again,
+// so that every append loads the state, hashes and saves.
+function resumableRoutes () {
+  let stored = null
+  const loadState = () => stored
+  const read = async (request) => {
+    let received = 0
+    for await (const chunk of request.body) received += chunk.length
+    return received
+  }
+  const config = { digest: { resumable: { loadState } } }
+  app.put('/resumable', { config }, async (request) => {
+    // The state at offset 0, with the creation's Repr-Digest, for the appends to start from.
+    stored ??= request.resumableUpload.state()
+    return { received: await read(request) }
+  })
+  app.patch('/resumable', { config }, async (request) => ({ received: await read(request) }))
+  app.addContentTypeParser('application/partial-upload', (_request, payload, done) => done(null, payload))
+}
 
 // Peak RSS of this process: VmHWM, since getrusage's maxRSS keeps the parent's peak across exec.
 async function peakRSS () {
