@@ -33,6 +33,22 @@ const hashers: Readonly<Record<DigestAlgorithm, () => Promise<IHasher>>> = {
   sha: createSHA1
 }
 
+// A hasher is a WebAssembly instance, which costs more to set up than a small append costs to hash:
+// each is used again once its request's digests are taken, and at most `maxIdle` of an algorithm
+// wait for the next request.
+const idle = new Map<DigestAlgorithm, IHasher[]>()
+const maxIdle = 64
+
+async function hasherFor (key: DigestAlgorithm): Promise<IHasher> {
+  return idle.get(key)?.pop() ?? await hashers[key]()
+}
+
+function putBack (key: DigestAlgorithm, hasher: IHasher): void {
+  const waiting = idle.get(key) ?? []
+  if (waiting.length < maxIdle) waiting.push(hasher)
+  idle.set(key, waiting)
+}
+
 /** The state the application stores, as JSON: version 1. */
 interface StoredState {
   readonly v: 1
@@ -132,7 +148,7 @@ function mismatchingOffset (settings: Settings, expected: number, provided: numb
 export class RunningUpload implements ResumableUpload {
   readonly #start: number
   readonly #algorithms: readonly Algorithm[]
-  readonly #hashers: readonly IHasher[]
+  #hashers: readonly IHasher[]
   readonly #expected: readonly Expectation[]
   readonly #want: readonly Algorithm[]
   #received = 0
@@ -202,15 +218,20 @@ export class RunningUpload implements ResumableUpload {
     return this.#want
   }
 
-  /** Digests of everything received so far, taken once, leaving each hash able to go on. */
+  /**
+   * Digests and state of everything received, taken once the content is complete; the hashers then
+   * go back for other requests, and nothing more reaches them.
+   */
   #finish (): Map<Algorithm, Buffer> {
     if (this.#digests !== null) return this.#digests
     const saved = this.#hashers.map((hasher) => hasher.save())
     this.#digests = new Map(this.#hashers.map((hasher, i) => {
+      const algorithm = this.#algorithms[i] as Algorithm
       const digest = Buffer.from(hasher.digest('binary'))
-      hasher.load(saved[i] as Uint8Array)
-      return [this.#algorithms[i] as Algorithm, digest]
+      putBack(algorithm.key, hasher)
+      return [algorithm, digest]
     }))
+    this.#hashers = []
     this.#state = this.#serialize(this.#start + this.#received, saved)
     return this.#digests
   }
@@ -229,7 +250,7 @@ export class RunningUpload implements ResumableUpload {
 }
 
 async function running (algorithms: readonly Algorithm[], states: ReadonlyArray<Buffer | null>): Promise<IHasher[]> {
-  const made = await Promise.all(algorithms.map(async ({ key }) => await hashers[key]()))
+  const made = await Promise.all(algorithms.map(async ({ key }) => await hasherFor(key)))
   made.forEach((hasher, i) => {
     const state = states[i]
     if (state == null) {

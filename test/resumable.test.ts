@@ -3,11 +3,13 @@ import { finished } from 'node:stream/promises'
 import t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import fastifyDigestFields, { type ResumableUpload } from '../lib/index.js'
-import { h2Request, listen, problemTypes, seededBytes, type Tap } from './helpers.js'
+import { fuzzSeed, h2Request, listen, problemTypes, seededBytes, seededRandom, type Tap } from './helpers.js'
 
 // The plugin's side of resumable uploads, without the example server: what request.resumableUpload
 // says, the states it gives and takes, and every refusal. An in-memory store plays the application;
 // the oracle is Node's createHash over the bytes sent.
+
+t.comment(`seed ${fuzzSeed}`)
 
 type Key = 'sha-256' | 'sha-512' | 'md5' | 'sha'
 const nodeName = { 'sha-256': 'sha256', 'sha-512': 'sha512', md5: 'md5', sha: 'sha1' } as const
@@ -38,7 +40,7 @@ Promise<{ app: FastifyInstance, store: { state: unknown }, seen: Seen[] }> {
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   const store: { state: unknown } = { state: null }
   const seen: Seen[] = []
-  const resumable = { loadState: (request: FastifyRequest) => (request.headers['x-state'] as string | undefined) ?? store.state }
+  const resumable = { loadState: (request: FastifyRequest) => (request.headers['x-state'] as string | undefined) ?? store.state as string }
   const handler = async (request: FastifyRequest): Promise<object> => {
     const early = request.resumableUpload?.digests()
     let received = 0
@@ -268,7 +270,7 @@ t.test('resumable is a route option, checked when the route is declared', async 
   t.throws(declare({ loadState () {}, other: 1 }), /unknown option 'other' \(expected loadState\)/)
   const plugin = Fastify()
   t.teardown(async () => await plugin.close())
-  await t.rejects(plugin.register(fastifyDigestFields, { resumable: { loadState () {} } } as object).ready(), /unknown option 'resumable'/)
+  await t.rejects(async () => { await plugin.register(fastifyDigestFields, { resumable: { loadState () {} } } as object) }, /unknown option 'resumable'/)
 })
 
 t.test('an append at another offset, or none, gets the draft\'s 409 before its content is read', async (t) => {
@@ -322,4 +324,56 @@ t.test('an answer without content to an upload that asked for no digest carries 
   const created = await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?0' }, payload: 'abc' })
   t.equal(created.statusCode, 201)
   t.notOk(created.headers['repr-digest'], 'not the digest of the empty answer, nor of the upload')
+})
+
+t.test('uploads running at once each keep their own digest, hashers used again or not', async (t) => {
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+  const states = new Map<string, string>()
+  const config = { digest: { resumable: { loadState: (request: FastifyRequest) => states.get((request.params as { id: string }).id) } } }
+  const handler = async (request: FastifyRequest): Promise<string> => {
+    const upload = request.resumableUpload as ResumableUpload
+    await finished(request.raw.resume())
+    states.set((request.params as { id: string }).id, upload.state())
+    return 'ok'
+  }
+  app.post('/:id', { config }, handler)
+  app.patch('/:id', { config }, handler)
+  const origin = `http://127.0.0.1:${await listen(app)}`
+  const { request } = await import('undici')
+  const random = seededRandom(fuzzSeed + 19)
+  const uploads = Array.from({ length: 24 }, (_, i) => {
+    const data = seededBytes(1 + Math.floor(random() * 200_000), i + 1)
+    const cut = [0, Math.floor(random() * data.length), data.length].sort((a, b) => a - b) as [number, number, number]
+    const flipped = i % 4 === 3
+    return { id: `u${i}`, data, cut, flipped, key: (i % 2 === 0 ? 'sha-256' : 'sha-512') as Key }
+  })
+  const statuses = await Promise.all(uploads.map(async ({ id, data, cut, flipped, key }) => {
+    const sent = Buffer.from(data)
+    if (flipped) sent[cut[1] % sent.length] = (sent[cut[1] % sent.length] as number) ^ 4
+    const first = await request(`${origin}/${id}`, {
+      method: 'POST', headers: { 'upload-complete': '?0', 'repr-digest': member(key, data) }, body: sent.subarray(0, cut[1])
+    })
+    await first.body.dump()
+    const last = await request(`${origin}/${id}`, {
+      method: 'PATCH',
+      headers: { ...partial, 'upload-complete': '?1', 'upload-offset': String(cut[1]) },
+      body: sent.subarray(cut[1])
+    })
+    await last.body.dump()
+    return last.statusCode
+  }))
+  t.same(statuses, uploads.map(({ flipped }) => flipped ? 400 : 200), 'each upload matched or failed on its own bytes')
+})
+
+t.test('more uploads at once than hashers kept idle: every one verified, the extra hashers dropped', async (t) => {
+  const { app, seen } = await build(t)
+  const bodies = Array.from({ length: 80 }, (_, i) => `upload ${i}`)
+  const answers = await Promise.all(bodies.map(async (body) => await app.inject({
+    method: 'POST', url: '/', headers: { 'upload-complete': '?1', 'repr-digest': `${member('sha-256', body)}, ${member('sha-512', body)}` }, payload: body
+  })))
+  t.same(answers.map(({ statusCode }) => statusCode), bodies.map(() => 200))
+  t.same(seen.map(({ digests }) => digests['sha-512']).sort(), bodies.map((body) => digestOf('sha-512', body)).sort())
 })
