@@ -248,7 +248,7 @@ async function keptNotes () {
   return start !== -1 && end > start ? previous.slice(start, end + notesEnd.length) : `${notesStart}\n${notesEnd}`
 }
 
-export async function writeReport ({ started, settings, small, pipelined, large, downloads, sizes, client, static: files }) {
+export async function writeReport ({ started, settings, small, pipelined, large, downloads, sizes, client, static: files, resumable }) {
   const version = (name) => require(`${name}/package.json`).version
   const smallPart = smallSection(small)
   const pipelinedPart = smallSection(pipelined)
@@ -329,6 +329,15 @@ header section. A first request of a file hashes it before sending; later reques
 digests in the file digest cache.
 
 ${staticSection(files)}
+
+## Resumable uploads
+
+The running digest of a resumable upload (draft-ietf-httpbis-resumable-upload), hashed with
+hash-wasm so that its state can be saved between requests, against the plugin checking a
+\`Content-Digest\` with \`createHash\`; and the fixed cost of an append, which loads the upload's
+state and saves it again.
+
+${resumableSection(resumable)}
 
 ## The client interceptor
 

@@ -8,7 +8,10 @@ import fastifyDigestFields, {
   fastifyDigestFields as named,
   staticFileDigests,
   type DigestProblemDocument,
+  type DigestRouteConfig,
   type DigestRouteOptions,
+  type ResumableUpload,
+  type ResumableUploadOptions,
   type DraftProblemDocument,
   type RegisteredProblemDocument,
   type FastifyDigestFieldsOptions,
@@ -78,6 +81,26 @@ expectNotAssignable<RouteShorthandOptions>({ config: { digest: true } })
 expectNotAssignable<RouteShorthandOptions>({ config: { digest: { algorithms: ['sha-1'] } } })
 app.post('/typed', { config: { digest: { required: true } } } satisfies RouteShorthandOptions, async () => 'ok')
 expectAssignable<DigestRouteOptions>({ problemLogLevel: 'warn' })
+
+// Resumable uploads: a route option only, whose loadState gives back what state() gave.
+const resumable: ResumableUploadOptions = { loadState: async (request) => request.headers['x-state'] as string | undefined }
+app.patch('/uploads/:id', { config: { digest: { resumable } } }, async (request) => {
+  expectType<ResumableUpload | null>(request.resumableUpload)
+  const upload = request.resumableUpload
+  if (upload !== null) {
+    expectType<string>(upload.state())
+    expectType<number>(upload.offset)
+    expectType<boolean>(upload.complete)
+    expectType<boolean>(upload.failed)
+    expectType<boolean>(upload.creation)
+    expectType<Buffer | undefined>(upload.digests()['sha-256'])
+  }
+  return 'ok'
+})
+expectAssignable<DigestRouteConfig>({ resumable: { loadState: () => null } })
+expectNotAssignable<DigestRouteConfig>({ resumable: { loadState: () => 42 } })
+expectError(app.register(fastifyDigestFields, { resumable }))
+expectError(app.patch('/x', { config: { digest: { resumable: {} } } satisfies FastifyContextConfig }, async () => 'ok'))
 expectNotAssignable<DigestRouteOptions>({ problemLogLevel: 'notice' })
 expectAssignable<FastifyContextConfig>({ digest: { strictAlgorithms: true } })
 expectNotAssignable<FastifyContextConfig>({ digest: true })
