@@ -1,6 +1,6 @@
 /** The interceptor's handler: one request through its attempts, named after the response's lifecycle. */
 import type { IncomingHttpHeaders } from 'node:http'
-import { parseDictionary } from 'structured-headers'
+import { parseDictionary } from './dictionary.js'
 import type { Dispatcher } from 'undici'
 import type { Algorithm } from './algorithms.js'
 import { DigestProblemError } from './client-errors.js'

@@ -1,6 +1,6 @@
 /** A response's digests, checked while its body streams: from the header section, then the trailer section. */
 import { timingSafeEqual, type Hash } from 'node:crypto'
-import { parseDictionary } from 'structured-headers'
+import { parseDictionary } from './dictionary.js'
 import { distinct, type Algorithm } from './algorithms.js'
 import type { Section } from './fields.js'
 import { DigestMismatchError, DigestUnverifiableError, type ResponseDigestField } from './client-errors.js'

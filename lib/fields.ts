@@ -1,6 +1,7 @@
 /** The digest fields of a header or trailer section, parsed and judged before any content is read. */
 import type { IncomingHttpHeaders } from 'node:http'
-import { isInnerList, parseDictionary, type Dictionary, type InnerList, type Item } from 'structured-headers'
+import { isInnerList, type Dictionary, type InnerList, type Item } from 'structured-headers'
+import { parseDictionary } from './dictionary.js'
 import type { DigestFieldName } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import {
@@ -101,7 +102,8 @@ function parse (section: Readonly<Record<string, string | string[] | undefined>>
 function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text: string): string[] | Finding {
   if (integrity !== null) return [...dictionary.keys()]
   const keys: string[] = []
-  const decimals = decimalKeys(text)
+  // Only a field with a point can hold a Decimal.
+  const decimals = text.includes('.') ? decimalKeys(text) : noDecimals
   for (const [key, member] of dictionary) {
     const weight = member[0]
     const integer = typeof weight === 'number' && Number.isInteger(weight) && !decimals.has(key)
@@ -120,6 +122,8 @@ function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text
  * the field's text in one pass, at each key's last place, whose value counts (RFC 9651 section
  * 4.2.2).
  */
+const noDecimals: ReadonlySet<string> = new Set()
+
 function decimalKeys (text: string): Set<string> {
   const last = new Map<string, string>()
   const members = text.matchAll(/(?:^|,)[ \t]*([a-z*][a-z0-9_.*-]*)=([^,;\s]*)/g)

@@ -1,6 +1,7 @@
 /** Want-* preferences (RFC 9530 section 4), and the fields and Vary that answer them. */
 import type { FastifyReply } from 'fastify'
-import { parseDictionary, serializeByteSequence, type Dictionary } from 'structured-headers'
+import { serializeByteSequence, type Dictionary } from 'structured-headers'
+import { parseDictionary } from './dictionary.js'
 import type { Algorithm } from './algorithms.js'
 import type { Settings } from './options.js'
 
