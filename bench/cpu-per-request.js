@@ -1,8 +1,10 @@
 // `node bench/cpu-per-request.js [rounds] [requests] [variant:header ...]`: server CPU per request
 // for the 1 KiB JSON POST of npm run bench, each measurement in a fresh pinned server process after
 // a warm-up, configurations shuffled each round (BENCH_SEED replays the order), median and range in µs. A variant is a server of
-// bench/server.js; the header is none, sha-256 or sha-512 (Content-Digest). For A/B tests of the hot
-// path, plugin@<path to a build's index.js> loads another build: plugin@/tmp/a/index.js:sha-256.
+// bench/server.js; the header is none, sha-256 or sha-512 (Content-Digest), or mix: every
+// connection alternates a request with a sha-256 Content-Digest and one without (the median of a
+// mix is then compared with the mean of none and sha-256 of the same variant in the same round). For
+// A/B tests of the hot path, plugin@<path to a build's index.js> loads another build: plugin@/tmp/a/index.js:sha-256.
 import autocannon from 'autocannon'
 import { startServer } from './clients.js'
 import { benchSeed, digestField, median, seededShuffle, smallJsonBody } from './shared.js'
@@ -20,7 +22,9 @@ async function measure (config) {
   const [variant, build] = name.split('@')
   const server = await startServer(variant, build === undefined ? process.env : { ...process.env, BENCH_PLUGIN: build })
   try {
-    const options = { url: `${server.url}/json`, method: 'POST', headers: { 'content-type': 'application/json', ...header(algorithm) }, body, connections: 50 }
+    const headers = { 'content-type': 'application/json', ...header(algorithm === 'mix' ? 'none' : algorithm) }
+    const requests = algorithm === 'mix' ? [{ headers }, { headers: { ...headers, ...header('sha-256') } }] : undefined
+    const options = { url: `${server.url}/json`, method: 'POST', headers, body, connections: 50, ...(requests === undefined ? {} : { requests }) }
     await autocannon({ ...options, duration: 2 })
     const before = await server.stats()
     const result = await autocannon({ ...options, amount: Number(requests) })
@@ -37,4 +41,10 @@ for (let round = 0; round < Number(rounds); round++) {
 }
 for (const [config, values] of Object.entries(samples)) {
   console.log(`${config.padEnd(22)} ${median(values).toFixed(2).padStart(6)} µs/request (${Math.min(...values).toFixed(2)} to ${Math.max(...values).toFixed(2)})`)
+  const [name, algorithm] = config.split(':')
+  const [none, sha256] = [samples[`${name}:none`], samples[`${name}:sha-256`]]
+  if (algorithm === 'mix' && none !== undefined && sha256 !== undefined) {
+    const ratios = values.map((value, round) => value / ((none[round] + sha256[round]) / 2))
+    console.log(`${''.padEnd(22)} ${median(ratios).toFixed(2)}x the mean of none and sha-256 (${Math.min(...ratios).toFixed(2)} to ${Math.max(...ratios).toFixed(2)})`)
+  }
 }

@@ -115,7 +115,7 @@ function resumableRoutes () {
     for await (const chunk of request.body) received += chunk.length
     return received
   }
-  const config = { digest: { resumable: { loadState } } }
+  const config = { digest: { resumable: { creation: true, loadState } } }
   app.put('/resumable', { config }, async (request) => {
     // The state at offset 0, with the creation's Repr-Digest, for the appends to start from.
     stored ??= request.resumableUpload.state()

@@ -24,21 +24,23 @@ const uploadId = { type: 'object', properties: { id: { type: 'string', pattern: 
  * One request at a time on an upload (the draft's "Concurrency"): a new one ends the one still
  * running and waits until it has put the upload's files back in order. A request holds its upload
  * until its handler is done; one refused before its handler, until its response is sent (or its
- * client leaves).
+ * client leaves). A request's turn is over only once every request before it is done too: one that
+ * was ended while it waited does not let the next in ahead of the one it waited for.
  */
-class UploadLocks {
+export class UploadLocks {
   #held = new Map()
 
   async acquire (id, request, reply) {
     const previous = this.#held.get(id)
     const lock = { request, inHandler: false, done: false }
-    lock.released = new Promise((resolve) => {
+    const own = new Promise((resolve) => {
       lock.release = () => {
         lock.done = true
         if (this.#held.get(id) === lock) this.#held.delete(id)
         resolve()
       }
     })
+    lock.released = previous === undefined ? own : Promise.all([own, previous.released])
     this.#held.set(id, lock)
     request.uploadLock = lock
     reply.raw.once('close', () => { if (!lock.inHandler && !reply.raw.writableFinished) lock.release() })
@@ -141,15 +143,21 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     return reply.code(status).header('upload-limit', 'min-size=0').send()
   }
 
-  // Where the plugin finds the running digest an append continues.
-  const resumable = {
-    async loadState (request) {
-      const meta = idPattern.test(request.params.id) ? await readMeta(request.params.id) : null
-      return meta === null || meta.complete ? null : meta.state
+  // POST /resumable creates uploads; each upload resource takes appends, whose running digest the
+  // plugin continues from the state stored with the upload.
+  const creation = { digest: { resumable: { creation: true } } }
+  const appends = {
+    digest: {
+      resumable: {
+        async loadState (request) {
+          const meta = idPattern.test(request.params.id) ? await readMeta(request.params.id) : null
+          return meta === null || meta.complete ? null : meta.state
+        }
+      }
     }
   }
 
-  app.post('/resumable', { config: { digest: { resumable } } }, async (request, reply) => {
+  app.post('/resumable', { config: creation }, async (request, reply) => {
     const upload = request.resumableUpload
     if (upload === null) {
       return reply.code(400).type('application/problem+json')
@@ -177,8 +185,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     }).send()
   }))
 
-  const appendRoute = { schema: { params: uploadId }, config: { digest: { resumable } } }
-  app.patch('/resumable/:id', appendRoute, (request, reply) => locks.within(request, async () => {
+  app.patch('/resumable/:id', { schema: { params: uploadId }, config: appends }, (request, reply) => locks.within(request, async () => {
     const { id } = request.params
     const meta = await readMeta(id)
     if (meta === null) return reply.code(404).send({ error: 'Not Found', message: 'no such upload' })

@@ -122,6 +122,12 @@ export const refusals = {
   undecodable: (reason: string) => general(`${unencodedUnverifiable}: the content does not decode: ${reason}`),
   /** draft-ietf-httpbis-resumable-upload: an append or creation says whether it completes the upload. */
   uploadComplete: () => general('Upload-Complete must be a structured-field Boolean, ?0 or ?1'),
+  uploadRole: (append: boolean) => general(append
+    ? 'this resource creates uploads: an append goes to the upload resource its creation named'
+    : 'this resource takes appends to its upload: Content-Type: application/partial-upload'),
+  /** The upload's Repr-Digest is the creation's, known before any of its content (resumable.ts). */
+  uploadReprTrailer: () => general('the Repr-Digest of an upload goes in the header section of its creation, ' +
+    'not in a trailer section'),
   decodesPastLimit: (limit: number) =>
     general(`${unencodedUnverifiable}: the content decodes to more than ${limit} bytes`, 413)
 } as const

@@ -164,10 +164,14 @@ Settings {
 
 function resumableSettings (where: string, value: unknown): ResumableSettings {
   checkObject(`${where}: resumable`, value)
-  checkKeys(`${where}: resumable`, value, ['loadState'])
-  const { loadState } = value as Partial<ResumableSettings>
-  if (typeof loadState !== 'function') fail(where, `resumable.loadState must be a function, got ${show(loadState)}`)
-  return { loadState }
+  checkKeys(`${where}: resumable`, value, ['creation', 'loadState'])
+  const { creation = false, loadState = null } = value as { creation?: unknown, loadState?: unknown }
+  checkBoolean(where, 'resumable.creation', creation)
+  if (loadState !== null && typeof loadState !== 'function') {
+    fail(where, `resumable.loadState must be a function, got ${show(loadState)}`)
+  }
+  if (creation !== true && loadState === null) fail(where, 'resumable needs creation: true, a loadState function, or both')
+  return { creation: creation as boolean, loadState: loadState as ResumableSettings['loadState'] }
 }
 
 /** A list of the digest fields the plugin sends on responses. */

@@ -48,6 +48,7 @@ export function verifyRequest (
   const { findings, expectations } = judgeFields(headers, settings, partial)
   if (findings.length > 0) return refuse(findings)
   const announced = announcedFields(headers)
+  if (upload !== null && announced.includes('repr-digest')) return refuse([refusals.uploadReprTrailer()])
   const length = declaredLength(request)
   if (expectations.length === 0 && announced.length === 0) {
     if (settings.required && length !== 0 && upload?.checked !== true) {
@@ -114,7 +115,12 @@ export function verifyRequest (
     failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
   })
   if (verifier.hashBuffered()) {
-    verifier.judge((problem) => done(problem ?? undefined))
+    if (verifier.cutShort) {
+      verifier.abort()
+      done()
+    } else {
+      verifier.judge((problem) => done(problem ?? undefined))
+    }
     return
   }
   verifier.attach()

@@ -19,9 +19,13 @@ import { DigestProblem, problemFor } from './problems.js'
 import { mismatchingUploadOffsetSchema } from './schemas.js'
 import { compareDigests } from './verdict.js'
 
-/** What a route's `config.digest.resumable` gives: the state stored with the upload an append names. */
+/**
+ * What a route's `config.digest.resumable` says: whether it creates uploads, and, on an upload
+ * resource, where the state of the upload an append names is.
+ */
 export interface ResumableSettings {
-  readonly loadState: (request: FastifyRequest) => unknown
+  readonly creation: boolean
+  readonly loadState: ((request: FastifyRequest) => unknown) | null
 }
 
 // Node's hashes cannot be saved and restored; hash-wasm's can, and were the fastest that can
@@ -275,6 +279,9 @@ export async function startUpload (request: FastifyRequest, settings: Settings, 
 Promise<RunningUpload | DigestProblem | null> {
   const headers = request.headers
   const append = isAppend(headers)
+  // A resource creates uploads or takes appends as its route says: an append route's request is
+  // never taken for a new upload, nor the other way round.
+  if (append ? resumable.loadState === null : !resumable.creation) return problemFor(settings, [refusals.uploadRole(append)])
   const complete = itemOf(headers['upload-complete'])
   if (typeof complete !== 'boolean') return problemFor(settings, [refusals.uploadComplete()])
   if (!append) {
@@ -288,7 +295,7 @@ Promise<RunningUpload | DigestProblem | null> {
     const hashes = await running(algorithms, algorithms.map(() => null))
     return new RunningUpload(true, complete, 0, algorithms, hashes, expected, want === null ? [] : [want])
   }
-  const stored = await resumable.loadState(request)
+  const stored = await (resumable.loadState as (request: FastifyRequest) => unknown)(request)
   if (stored == null) return null
   const state = parseState(stored)
   const provided = offsetOf(headers['upload-offset'])

@@ -19,7 +19,6 @@
 import type { IncomingHttpHeaders } from 'node:http'
 import { Readable } from 'node:stream'
 import { integrityFields } from './fields.js'
-import type { DigestProblem } from './problems.js'
 
 export type Source = Readable & {
   trailers?: IncomingHttpHeaders
@@ -39,8 +38,8 @@ function destroyQuietly (this: Readable, error: Error | null, callback: (error?:
   callback(this.listenerCount('error') > 0 ? error : null)
 }
 
-/** Gives readers the problem in place of the end; returns whether any of them listens for it. */
-export function failSource (source: Readable, problem: DigestProblem): boolean {
+/** Gives readers the problem (or an abort) in place of the end; returns whether any of them listens for it. */
+export function failSource (source: Readable, problem: Error): boolean {
   // inject()'s request (light-my-request) ignores a destroy once its payload is pushed, and takes
   // an error on a destroyed request for a broken response: it is given the error alone, heard only
   // by listeners besides its own. Nor may it end later: it pushes an end on every read once done.

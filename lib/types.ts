@@ -73,14 +73,20 @@ export interface DigestRouteConfig extends DigestRouteOptions {
   resumable?: ResumableUploadOptions
 }
 
-/** How the plugin finds the running digest of the upload an append names. */
+/**
+ * What a route does with resumable uploads: it creates them (`creation: true`), or it is an upload
+ * resource, which takes appends (`loadState`); a route may do both.
+ */
 export interface ResumableUploadOptions {
+  /** A request with `Upload-Complete` creates an upload here. Default `false`. */
+  creation?: boolean
   /**
-   * The state stored with the upload (what `request.resumableUpload.state()` gave for its last
-   * request), or null when the upload is not known, which leaves the append to the application.
-   * Called before the append's content is read; an error it throws is answered by Fastify.
+   * Appends (`Content-Type: application/partial-upload`) are taken here: the state stored with the
+   * upload (what `request.resumableUpload.state()` gave for its last request), or null when the
+   * upload is not known, which leaves the append to the application. Called before the append's
+   * content is read; an error it throws is answered by Fastify.
    */
-  loadState (request: import('fastify').FastifyRequest): string | null | undefined |
+  loadState?: (request: import('fastify').FastifyRequest) => string | null | undefined |
   Promise<string | null | undefined>
 }
 

@@ -70,6 +70,9 @@ export function verdictOf (content: Completed): VerifiedDigest | Finding[] {
   const { settings, expectations, partial, coded, decoded, trailers, received, unencoded } = content
   let all = expectations
   if (hasIntegrityTrailer(trailers)) {
+    if (content.upload !== null && (trailers as IncomingHttpHeaders)['repr-digest'] !== undefined) {
+      return [refusals.uploadReprTrailer()]
+    }
     // RFC 9530 sections 2 and 3: the trailer section's fields are judged like the header
     // section's, with the same problem types.
     const judgement = judgeFields(trailers as IncomingHttpHeaders, settings, partial)

@@ -134,7 +134,8 @@ export class SourceVerifier implements PendingContent {
       // on every read once done) is swallowed like the first.
       if (!this.#ending) {
         this.#ending = true
-        this.judge((problem) => this.#conclude(problem))
+        if (this.cutShort) this.abort()
+        else this.judge((problem) => this.#conclude(problem))
       }
       return false
     }
@@ -157,11 +158,31 @@ export class SourceVerifier implements PendingContent {
     judgeContent(this.#verification, this.#hashes.digests(), this.#source, this.#held, callback)
   }
 
-  #conclude (problem: DigestProblem | null): void {
+  /**
+   * Whether the content ended because its client left: Node's HTTP/2 compatibility layer ends a
+   * request whose stream was reset as if it were complete (onStreamCloseRequest pushes the end
+   * after 'aborted').
+   */
+  get cutShort (): boolean {
+    return (this.#source as { aborted?: boolean }).aborted === true
+  }
+
+  /** Gives readers of content cut short the error of an aborted HTTP/1.1 request; nothing is judged. */
+  abort (): void {
+    this.#restore()
+    failSource(this.#source, Object.assign(new Error('aborted'), { code: 'ECONNRESET' }))
+  }
+
+  #restore (): void {
     const source = this.#source
     source.push = this.#push
     source._read = this.#read
     source[kSourceVerifier] = undefined
+  }
+
+  #conclude (problem: DigestProblem | null): void {
+    const source = this.#source
+    this.#restore()
     const held = this.#held.release()
     const whenSettled = this.#whenSettled
     this.#whenSettled = null

@@ -40,7 +40,7 @@ Promise<{ app: FastifyInstance, store: { state: unknown }, seen: Seen[] }> {
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   const store: { state: unknown } = { state: null }
   const seen: Seen[] = []
-  const resumable = { loadState: (request: FastifyRequest) => (request.headers['x-state'] as string | undefined) ?? store.state as string }
+  const resumable = { creation: true, loadState: (request: FastifyRequest) => (request.headers['x-state'] as string | undefined) ?? store.state as string }
   const handler = async (request: FastifyRequest): Promise<object> => {
     const early = request.resumableUpload?.digests()
     let received = 0
@@ -185,7 +185,7 @@ t.test('Want-Repr-Digest: the upload\'s digest so far on answers without content
   await app.register(fastifyDigestFields)
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   let stored: string | null = null
-  const config = { digest: { resumable: { loadState: async () => stored } } }
+  const config = { digest: { resumable: { creation: true, loadState: async () => stored } } }
   const handler = async (request: FastifyRequest, reply: import('fastify').FastifyReply): Promise<void> => {
     await finished(request.raw.resume())
     stored = (request.resumableUpload as ResumableUpload).state()
@@ -267,7 +267,11 @@ t.test('resumable is a route option, checked when the route is declared', async 
   const declare = (resumable: unknown) => () => app.post(`/${Math.random()}`, { config: { digest: { resumable } as object } }, async () => '')
   t.throws(declare(1), /resumable: expected an options object, got 1/)
   t.throws(declare({ loadState: 'x' }), /resumable\.loadState must be a function, got 'x'/)
-  t.throws(declare({ loadState () {}, other: 1 }), /unknown option 'other' \(expected loadState\)/)
+  t.throws(declare({ loadState () {}, other: 1 }), /unknown option 'other' \(expected creation, loadState\)/)
+  t.throws(declare({}), /resumable needs creation: true, a loadState function, or both/)
+  t.throws(declare({ creation: false }), /resumable needs creation: true/)
+  t.throws(declare({ creation: 'yes' }), /resumable\.creation must be true or false, got 'yes'/)
+  t.doesNotThrow(declare({ creation: true }))
   const plugin = Fastify()
   t.teardown(async () => await plugin.close())
   await t.rejects(async () => { await plugin.register(fastifyDigestFields, { resumable: { loadState () {} } } as object) }, /unknown option 'resumable'/)
@@ -317,7 +321,7 @@ t.test('an answer without content to an upload that asked for no digest carries 
   t.teardown(async () => await app.close())
   await app.register(fastifyDigestFields, { responseDigests: ['repr-digest'] })
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-  app.post('/', { config: { digest: { resumable: { loadState: () => null } } } }, async (request, reply) => {
+  app.post('/', { config: { digest: { resumable: { creation: true } } } }, async (request, reply) => {
     await finished(request.raw.resume())
     await reply.code(201).send()
   })
@@ -332,7 +336,7 @@ t.test('uploads running at once each keep their own digest, hashers used again o
   await app.register(fastifyDigestFields)
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   const states = new Map<string, string>()
-  const config = { digest: { resumable: { loadState: (request: FastifyRequest) => states.get((request.params as { id: string }).id) } } }
+  const config = { digest: { resumable: { creation: true, loadState: (request: FastifyRequest) => states.get((request.params as { id: string }).id) } } }
   const handler = async (request: FastifyRequest): Promise<string> => {
     const upload = request.resumableUpload as ResumableUpload
     await finished(request.raw.resume())
