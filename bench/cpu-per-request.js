@@ -23,8 +23,8 @@ async function measure (config) {
   const server = await startServer(variant, build === undefined ? process.env : { ...process.env, BENCH_PLUGIN: build })
   try {
     const headers = { 'content-type': 'application/json', ...header(algorithm === 'mix' ? 'none' : algorithm) }
-    const requests = algorithm === 'mix' ? [{ headers }, { headers: { ...headers, ...header('sha-256') } }] : undefined
-    const options = { url: `${server.url}/json`, method: 'POST', headers, body, connections: 50, ...(requests === undefined ? {} : { requests }) }
+    const alternating = algorithm === 'mix' ? [{ headers }, { headers: { ...headers, ...header('sha-256') } }] : undefined
+    const options = { url: `${server.url}/json`, method: 'POST', headers, body, connections: 50, ...(alternating === undefined ? {} : { requests: alternating }) }
     await autocannon({ ...options, duration: 2 })
     const before = await server.stats()
     const result = await autocannon({ ...options, amount: Number(requests) })

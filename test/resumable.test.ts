@@ -3,7 +3,7 @@ import { finished } from 'node:stream/promises'
 import t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import fastifyDigestFields, { type ResumableUpload } from '../lib/index.js'
-import { fuzzSeed, h2Request, listen, problemTypes, seededBytes, seededRandom, type Tap } from './helpers.js'
+import { fuzzSeed, h2Request, listen, problemTypes, rawRequest, seededBytes, seededRandom, type Tap } from './helpers.js'
 
 // The plugin's side of resumable uploads, without the example server: what request.resumableUpload
 // says, the states it gives and takes, and every refusal. An in-memory store plays the application;
@@ -380,4 +380,39 @@ t.test('more uploads at once than hashers kept idle: every one verified, the ext
   })))
   t.same(answers.map(({ statusCode }) => statusCode), bodies.map(() => 200))
   t.same(seen.map(({ digests }) => digests['sha-512']).sort(), bodies.map((body) => digestOf('sha-512', body)).sort())
+})
+
+t.test('a route creates uploads or takes appends as it says; an upload\'s Repr-Digest in a trailer section is refused', async (t) => {
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+  const handler = async (request: FastifyRequest): Promise<string> => {
+    await finished(request.raw.resume())
+    return 'taken'
+  }
+  app.post('/create', { config: { digest: { resumable: { creation: true } } } }, handler)
+  app.patch('/append', { config: { digest: { resumable: { loadState: () => JSON.stringify({ v: 1, offset: 0, expected: {}, want: [], hashes: {} }) } } } }, handler)
+  const append = await app.inject({ method: 'POST', url: '/create', headers: { ...partial, 'upload-complete': '?1', 'upload-offset': '0' }, payload: 'x' })
+  t.equal(append.statusCode, 400)
+  t.match(append.json().detail, /this resource creates uploads/)
+  const creation = await app.inject({ method: 'PATCH', url: '/append', headers: { 'content-type': 'text/plain', 'upload-complete': '?1' }, payload: 'x' })
+  t.equal(creation.statusCode, 400)
+  t.match(creation.json().detail, /this resource takes appends to its upload/)
+  t.equal((await app.inject({ method: 'PATCH', url: '/append', headers: { ...partial, 'upload-complete': '?1', 'upload-offset': '0' }, payload: 'x' })).statusCode, 200)
+
+  const port = await listen(app)
+  for (const path of ['/create', '/append']) {
+    const head = [`${path === '/create' ? 'POST' : 'PATCH'} ${path} HTTP/1.1`, 'Host: localhost', 'Upload-Complete: ?1', 'Transfer-Encoding: chunked',
+      ...(path === '/append' ? ['Content-Type: application/partial-upload', 'Upload-Offset: 0'] : [])]
+    const announced = await rawRequest(port, [...head, 'Trailer: Repr-Digest'])
+    t.equal(announced.status, 400, `${path}: announced, refused before the content`)
+    t.match(JSON.parse(announced.body).detail, /the Repr-Digest of an upload goes in the header section of its creation/)
+    const sent = await rawRequest(port, head, [Buffer.from(`5\r\nhello\r\n0\r\nRepr-Digest: ${member('sha-256', 'hello')}\r\n\r\n`)])
+    t.equal(sent.status, 400, `${path}: unannounced, refused at the end, even when it would match`)
+    t.match(JSON.parse(sent.body).detail, /the Repr-Digest of an upload goes in the header section of its creation/)
+    const contentDigest = await rawRequest(port, [...head, 'Trailer: Content-Digest'],
+      [Buffer.from(`5\r\nhello\r\n0\r\nContent-Digest: ${member('sha-256', 'hello')}\r\n\r\n`)])
+    t.equal(contentDigest.status, 200, `${path}: an announced Content-Digest in the trailer section is checked as usual`)
+  }
 })

@@ -98,6 +98,8 @@ app.patch('/uploads/:id', { config: { digest: { resumable } } }, async (request)
   return 'ok'
 })
 expectAssignable<DigestRouteConfig>({ resumable: { loadState: () => null } })
+expectAssignable<DigestRouteConfig>({ resumable: { creation: true } })
+expectNotAssignable<DigestRouteConfig>({ resumable: { creation: 'yes' } })
 expectNotAssignable<DigestRouteConfig>({ resumable: { loadState: () => 42 } })
 expectError(app.register(fastifyDigestFields, { resumable }))
 expectError(app.patch('/x', { config: { digest: { resumable: {} } } satisfies FastifyContextConfig }, async () => 'ok'))
