@@ -180,6 +180,7 @@ async function staticFiles () {
 // append (its state loaded, its hash saved) in requests per second of small appends.
 async function resumable () {
   const block = Buffer.alloc(MiB, 'resumable ')
+  const resumableEnv = { ...process.env, BENCH_RESUMABLE: '1' }
   const warmupBlocks = 64
   const digest = (algorithm, blocks) => digestField(algorithm, Array(blocks).fill(block))
   const uploadsOf = (field, algorithm, path, extra = {}) => ({
@@ -219,7 +220,7 @@ async function resumable () {
         // A creation first, whose state at offset 0 every append then starts from.
         await upload(server.url, block, 1, { 'upload-complete': '?0', 'repr-digest': digest('sha-256', 1) }, '/resumable')
         return await requestsPerSecond({ server, ...appends[name], body: appendBody, connections: 50, pipelining: 1, warmup: 2, seconds })
-      })
+      }, resumableEnv)
     }
     const { path, measured, warmup } = configs[name]
     return withServer('plugin', async (server) => {
@@ -228,7 +229,7 @@ async function resumable () {
       const wall = await upload(server.url, block, uploadMiB, measured, path)
       const after = await server.stats()
       return { wall, cpu: after.cpu - before.cpu }
-    })
+    }, resumableEnv)
   })
   return { bytes: uploadMiB * MiB, appendBytes, samples }
 }
