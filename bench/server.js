@@ -117,13 +117,12 @@ function resumableRoutes () {
     for await (const chunk of request.body) received += chunk.length
     return received
   }
-  const config = { digest: { resumable: { creation: true, loadState } } }
-  app.put('/resumable', { config }, async (request) => {
+  app.put('/resumable', { config: { digest: { resumable: { creation: true } } } }, async (request) => {
     // The state at offset 0, with the creation's Repr-Digest, for the appends to start from.
     stored ??= request.resumableUpload.state()
     return { received: await read(request) }
   })
-  app.patch('/resumable', { config }, async (request) => ({ received: await read(request) }))
+  app.patch('/resumable', { config: { digest: { resumable: { loadState } } } }, async (request) => ({ received: await read(request) }))
   app.addContentTypeParser('application/partial-upload', (_request, payload, done) => done(null, payload))
 }
 

@@ -21,30 +21,27 @@ const idPattern = /^[0-9a-f]{32}$/
 const uploadId = { type: 'object', properties: { id: { type: 'string', pattern: idPattern.source } }, required: ['id'] }
 
 /**
- * One request at a time on an upload (the draft's "Concurrency"): a new one ends the one still
- * running and waits until it has put the upload's files back in order. A request holds its upload
- * until its handler is done; one refused before its handler, until its response is sent (or its
- * client leaves). A request's turn is over only once every request before it is done too: one that
- * was ended while it waited does not let the next in ahead of the one it waited for.
+ * One request at a time on an upload (the draft's "Concurrency"). A new request ends the newest one
+ * before it: its connection is closed and its signal aborted, which ends its pipeline even where
+ * Node would leave a pipeline from a destroyed request unsettled. The new one then waits until every
+ * request before it is done: until its handler has put the upload's files back in order, or, for
+ * one that never reached its handler, until its response went or its client left.
  */
 export class UploadLocks {
-  #held = new Map()
+  // The newest request of each upload, until every request of the upload is done.
+  #newest = new Map()
 
   async acquire (id, request, reply) {
-    const previous = this.#held.get(id)
-    const lock = { request, inHandler: false, done: false }
-    const own = new Promise((resolve) => {
-      lock.release = () => {
-        lock.done = true
-        if (this.#held.get(id) === lock) this.#held.delete(id)
-        resolve()
-      }
-    })
+    const previous = this.#newest.get(id)
+    const lock = { request, inHandler: false, controller: new AbortController() }
+    const own = new Promise((resolve) => { lock.release = resolve })
     lock.released = previous === undefined ? own : Promise.all([own, previous.released])
-    this.#held.set(id, lock)
+    this.#newest.set(id, lock)
+    lock.released.then(() => { if (this.#newest.get(id) === lock) this.#newest.delete(id) })
     request.uploadLock = lock
     reply.raw.once('close', () => { if (!lock.inHandler && !reply.raw.writableFinished) lock.release() })
     if (previous !== undefined) {
+      previous.controller.abort()
       previous.request.raw.destroy()
       await previous.released
     }
@@ -53,10 +50,13 @@ export class UploadLocks {
   /** Runs a handler's work on the upload, unless a newer request took it over meanwhile. */
   async within (request, work) {
     const lock = request.uploadLock
-    if (lock.done) throw Object.assign(new Error('a newer request took the upload over'), { statusCode: 409 })
+    if (lock.controller.signal.aborted) {
+      lock.release()
+      throw Object.assign(new Error('a newer request took the upload over'), { statusCode: 409 })
+    }
     lock.inHandler = true
     try {
-      return await work()
+      return await work(lock.controller.signal)
     } finally {
       lock.release()
     }
@@ -113,16 +113,16 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
   /**
    * Appends the request's content at the offset agreed with the plugin. Only verified content is
    * kept: on any failure (a digest, an abort) the file goes back to where the request started, and
-   * an upload whose whole digest failed is removed.
+   * a creation, or an upload whose whole digest failed, is removed.
    */
-  async function append (id, request, meta) {
+  async function append (id, request, meta, signal) {
     const upload = request.resumableUpload
     const { part } = paths(id)
     const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
     try {
-      await pipeline(request.raw, writer)
+      await pipeline(request.raw, writer, { signal })
     } catch (error) {
-      if (upload.failed) await cancel(id)
+      if (upload.creation || upload.failed) await cancel(id)
       else await truncate(part, upload.offset)
       throw error
     }
@@ -166,11 +166,16 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     const id = randomUUID().replaceAll('-', '')
     reply.header('location', `/resumable/${id}`)
     await locks.acquire(id, request, reply)
-    return locks.within(request, async () => {
-      // Stored before any content, so that an interrupted creation can be resumed from offset 0.
-      const meta = { offset: 0, complete: false, state: upload.state() }
-      await writeMeta(id, meta)
-      return answer(reply, id, await append(id, request, meta), 201)
+    return locks.within(request, async (signal) => {
+      // Node cannot send a 104 that would announce the upload before its content: a client learns
+      // of it only from this answer, so a creation that fails leaves nothing.
+      try {
+        return answer(reply, id, await append(id, request, { complete: false }, signal), 201)
+      } catch (error) {
+        await cancel(id)
+        reply.removeHeader('location')
+        throw error
+      }
     })
   })
 
@@ -185,7 +190,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     }).send()
   }))
 
-  app.patch('/resumable/:id', { schema: { params: uploadId }, config: appends }, (request, reply) => locks.within(request, async () => {
+  app.patch('/resumable/:id', { schema: { params: uploadId }, config: appends }, (request, reply) => locks.within(request, async (signal) => {
     const { id } = request.params
     const meta = await readMeta(id)
     if (meta === null) return reply.code(404).send({ error: 'Not Found', message: 'no such upload' })
@@ -194,7 +199,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
         .send({ type: 'about:blank', title: 'Bad Request', detail: 'the upload is complete' })
     }
     // The plugin agreed on the offset with the stored state before the content was sent.
-    return answer(reply, id, await append(id, request, meta), 204)
+    return answer(reply, id, await append(id, request, meta, signal), 204)
   }))
 
   app.delete('/resumable/:id', { schema: { params: uploadId } }, (request, reply) => locks.within(request, async () => {

@@ -170,7 +170,11 @@ function resumableSettings (where: string, value: unknown): ResumableSettings {
   if (loadState !== null && typeof loadState !== 'function') {
     fail(where, `resumable.loadState must be a function, got ${show(loadState)}`)
   }
-  if (creation !== true && loadState === null) fail(where, 'resumable needs creation: true, a loadState function, or both')
+  // An upload resource that also created uploads would take a request to an upload it holds for a
+  // new upload, without the digest its creation gave.
+  if ((creation === true) === (loadState !== null)) {
+    fail(where, 'resumable takes creation: true (the route creates uploads) or loadState (it takes appends), not both')
+  }
   return { creation: creation as boolean, loadState: loadState as ResumableSettings['loadState'] }
 }
 

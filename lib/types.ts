@@ -75,20 +75,25 @@ export interface DigestRouteConfig extends DigestRouteOptions {
 
 /**
  * What a route does with resumable uploads: it creates them (`creation: true`), or it is an upload
- * resource, which takes appends (`loadState`); a route may do both.
+ * resource, which takes appends (`loadState`), never both.
  */
-export interface ResumableUploadOptions {
-  /** A request with `Upload-Complete` creates an upload here. Default `false`. */
-  creation?: boolean
-  /**
-   * Appends (`Content-Type: application/partial-upload`) are taken here: the state stored with the
-   * upload (what `request.resumableUpload.state()` gave for its last request), or null when the
-   * upload is not known, which leaves the append to the application. Called before the append's
-   * content is read; an error it throws is answered by Fastify.
-   */
-  loadState?: (request: import('fastify').FastifyRequest) => string | null | undefined |
-  Promise<string | null | undefined>
-}
+export type ResumableUploadOptions =
+  | {
+    /** A request with `Upload-Complete` creates an upload here. */
+    creation: true
+    loadState?: never
+  }
+  | {
+    creation?: false
+    /**
+     * Appends (`Content-Type: application/partial-upload`) are taken here: the state stored with
+     * the upload (what `request.resumableUpload.state()` gave for its last request), or null when
+     * the upload is not known, which leaves the append to the application. Called before the
+     * append's content is read; an error it throws is answered by Fastify.
+     */
+    loadState: (request: import('fastify').FastifyRequest) => string | null | undefined |
+    Promise<string | null | undefined>
+  }
 
 /** `request.resumableUpload`: an upload creation or append on a resumable route. */
 export interface ResumableUpload {

@@ -40,7 +40,7 @@ Promise<{ app: FastifyInstance, store: { state: unknown }, seen: Seen[] }> {
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   const store: { state: unknown } = { state: null }
   const seen: Seen[] = []
-  const resumable = { creation: true, loadState: (request: FastifyRequest) => (request.headers['x-state'] as string | undefined) ?? store.state as string }
+  const loadState = (request: FastifyRequest): string => (request.headers['x-state'] as string | undefined) ?? store.state as string
   const handler = async (request: FastifyRequest): Promise<object> => {
     const early = request.resumableUpload?.digests()
     let received = 0
@@ -52,10 +52,8 @@ Promise<{ app: FastifyInstance, store: { state: unknown }, seen: Seen[] }> {
     seen.push({ upload, state, digests, received, early })
     return { received }
   }
-  const config = { digest: { resumable, ...options.route } }
-  app.post('/', { config }, handler)
-  app.patch('/', { config }, handler)
-  app.head('/', { config }, async () => '')
+  app.post('/', { config: { digest: { resumable: { creation: true }, ...options.route } } }, handler)
+  app.patch('/', { config: { digest: { resumable: { loadState }, ...options.route } } }, handler)
   return { app, store, seen }
 }
 
@@ -185,14 +183,15 @@ t.test('Want-Repr-Digest: the upload\'s digest so far on answers without content
   await app.register(fastifyDigestFields)
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   let stored: string | null = null
-  const config = { digest: { resumable: { creation: true, loadState: async () => stored } } }
+  const creation = { digest: { resumable: { creation: true as const } } }
+  const appends = { digest: { resumable: { loadState: async () => stored } } }
   const handler = async (request: FastifyRequest, reply: import('fastify').FastifyReply): Promise<void> => {
     await finished(request.raw.resume())
     stored = (request.resumableUpload as ResumableUpload).state()
     await reply.code(request.method === 'POST' ? 201 : 204).send()
   }
-  app.post('/', { config }, handler)
-  app.patch('/', { config }, handler)
+  app.post('/', { config: creation }, handler)
+  app.patch('/', { config: appends }, handler)
   const created = await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?0', 'want-repr-digest': 'sha-256=3' }, payload: 'abc' })
   t.equal(created.headers['repr-digest'], member('sha-256', 'abc'))
   const appended = await app.inject({ method: 'PATCH', url: '/', headers: { ...partial, 'upload-complete': '?0', 'upload-offset': '3' }, payload: 'def' })
@@ -203,7 +202,7 @@ t.test('Want-Repr-Digest: the upload\'s digest so far on answers without content
     t.teardown(async () => await server.close())
     await server.register(fastifyDigestFields)
     server.addContentTypeParser('*', (_request, _payload, done) => done(null))
-    server.patch('/', { config }, handler)
+    server.patch('/', { config: appends }, handler)
     return await h2Request(await listen(server), {
       ':method': 'PATCH', ':path': '/', ...partial, 'upload-complete': '?1', 'upload-offset': '6', 'want-repr-digest': 'sha-512=1'
     }, [Buffer.from('gh'), Buffer.from('i')])
@@ -268,8 +267,9 @@ t.test('resumable is a route option, checked when the route is declared', async 
   t.throws(declare(1), /resumable: expected an options object, got 1/)
   t.throws(declare({ loadState: 'x' }), /resumable\.loadState must be a function, got 'x'/)
   t.throws(declare({ loadState () {}, other: 1 }), /unknown option 'other' \(expected creation, loadState\)/)
-  t.throws(declare({}), /resumable needs creation: true, a loadState function, or both/)
-  t.throws(declare({ creation: false }), /resumable needs creation: true/)
+  t.throws(declare({}), /resumable takes creation: true \(the route creates uploads\) or loadState \(it takes appends\), not both/)
+  t.throws(declare({ creation: false }), /resumable takes creation: true/)
+  t.throws(declare({ creation: true, loadState () {} }), /not both/)
   t.throws(declare({ creation: 'yes' }), /resumable\.creation must be true or false, got 'yes'/)
   t.doesNotThrow(declare({ creation: true }))
   const plugin = Fastify()
@@ -336,15 +336,15 @@ t.test('uploads running at once each keep their own digest, hashers used again o
   await app.register(fastifyDigestFields)
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))
   const states = new Map<string, string>()
-  const config = { digest: { resumable: { creation: true, loadState: (request: FastifyRequest) => states.get((request.params as { id: string }).id) } } }
+  const loadState = (request: FastifyRequest): string | undefined => states.get((request.params as { id: string }).id)
   const handler = async (request: FastifyRequest): Promise<string> => {
     const upload = request.resumableUpload as ResumableUpload
     await finished(request.raw.resume())
     states.set((request.params as { id: string }).id, upload.state())
     return 'ok'
   }
-  app.post('/:id', { config }, handler)
-  app.patch('/:id', { config }, handler)
+  app.post('/:id', { config: { digest: { resumable: { creation: true } } } }, handler)
+  app.patch('/:id', { config: { digest: { resumable: { loadState } } } }, handler)
   const origin = `http://127.0.0.1:${await listen(app)}`
   const { request } = await import('undici')
   const random = seededRandom(fuzzSeed + 19)
