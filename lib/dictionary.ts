@@ -36,8 +36,10 @@ function canonicalBytes (text: string, start: number, end: number): ArrayBuffer 
   let padding = 0
   if (length > 0 && text.charCodeAt(end - 1) === equals) padding = text.charCodeAt(end - 2) === equals ? 2 : 1
   for (let i = start; i < end - padding; i++) if (!isBase64Char(text.charCodeAt(i))) return null
-  const bytes = Buffer.from(text.slice(start, end), 'base64')
-  return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length) as ArrayBuffer
+  // Decoded into a buffer of its own (Buffer.alloc never takes from the shared pool).
+  const bytes = Buffer.alloc(length / 4 * 3 - padding)
+  bytes.write(text.slice(start, end), 'base64')
+  return bytes.buffer as ArrayBuffer
 }
 
 /** The members of a field in the form above, or null when the field is in any other. */
