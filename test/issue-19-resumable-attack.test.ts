@@ -66,14 +66,15 @@ t.test('F1: a request on an upload resource is never taken for a new upload, wha
   t.same(readdirSync(uploadDir).sort(), [`${id}.json`, `${id}.part`])
 })
 
+/** A request and its reply as the example's lock sees them: destroying the request closes its response, as Node does. */
+function party (): { request: { raw: { destroy: () => void }, uploadLock: Lock }, reply: { raw: EventEmitter } } {
+  const reply = { raw: Object.assign(new EventEmitter(), { writableFinished: false }) }
+  const request = { raw: { destroy: () => reply.raw.emit('close') }, uploadLock: null as unknown as Lock }
+  return { request, reply }
+}
+
 t.test('F2: a request ended while it waited for an upload does not let the next one in ahead of the one running', async (t) => {
   const locks = new example.UploadLocks()
-  const party = (): { request: { raw: { destroy: () => void }, uploadLock: Lock }, reply: { raw: EventEmitter } } => {
-    const reply = { raw: Object.assign(new EventEmitter(), { writableFinished: false }) }
-    // Destroying a request's socket closes its response, as Node does.
-    const request = { raw: { destroy: () => reply.raw.emit('close') }, uploadLock: null as unknown as Lock }
-    return { request, reply }
-  }
   const running = party()
   await locks.acquire('u', running.request, running.reply)
   let finishRunning = (): void => {}
@@ -192,11 +193,6 @@ t.test('F4: an upload\'s Repr-Digest in a trailer section is refused, not ignore
 
 t.test('second round: a request that left while it waited does not open the upload to the next one', async (t) => {
   const locks = new example.UploadLocks()
-  const party = (): { request: { raw: { destroy: () => void }, uploadLock: Lock }, reply: { raw: EventEmitter } } => {
-    const reply = { raw: Object.assign(new EventEmitter(), { writableFinished: false }) }
-    const request = { raw: { destroy: () => reply.raw.emit('close') }, uploadLock: null as unknown as Lock }
-    return { request, reply }
-  }
   const running = party()
   await locks.acquire('u', running.request, running.reply)
   let finishRunning = (): void => {}
