@@ -118,6 +118,10 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
   async function append (id, request, meta, signal) {
     const upload = request.resumableUpload
     const { part } = paths(id)
+    // Node 26 never settles a pipeline from a request destroyed before it starts (a newer request
+    // took the upload over, or the client left), even with an aborted signal.
+    signal.throwIfAborted()
+    if (request.raw.destroyed) throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
     const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
     try {
       await pipeline(request.raw, writer, { signal })

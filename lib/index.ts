@@ -15,8 +15,8 @@
 //                  fields answered, digests sent and signed as its last (response-digests.ts,
 //                  preferences.ts, response-coverage.ts, payload-digests.ts); files' digests kept by
 //                  version (file-digests.ts), signatures made (integrity-signatures.ts)
-//   commits        request.verifiedFiles() and digestVerdict() (commit.ts); onResponse removes
-//                  files saved and not committed
+//   commits        request.verifiedFiles() and digestVerdict() (commit.ts); an error answer, and
+//                  onResponse after any other, removes files saved and not committed
 import type {
   FastifyContextConfig,
   FastifyError,
@@ -230,9 +230,17 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // on it. A success reply then waits for the verdict, and a failure turns it into the problem, so
   // that no client is told that content whose digest failed was taken.
   fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
+    // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is,
+    // once the files saved for the request and not committed are removed, so that a client that has
+    // the answer finds none of them.
+    if (reply.statusCode >= 400) {
+      const files = request[kVerifiedFiles]
+      if (files == null) done(null, payload)
+      else files.discard().then(() => done(null, payload), done)
+      return
+    }
     const verifier = request[kPendingContent]
-    // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
-    if (verifier == null || verifier.settled || reply.statusCode >= 400) {
+    if (verifier == null || verifier.settled) {
       done(null, payload)
       return
     }
