@@ -120,7 +120,10 @@ for (const compress of ['before', 'after'] as const) {
     for (const [accept, decode] of [['gzip', gunzipSync], ['br', brotliDecompressSync], ['deflate', inflateSync]] as const) {
       const response = await get(`${base}/small.txt`, { 'accept-encoding': accept })
       t.equal(response.headers['content-encoding'], accept)
-      t.equal(decode(response.body).toString(), small)
+      // What was received, when it does not decode: once seen on Node 26 in CI, not reproduced.
+      const received = (): string => `${response.body.length} bytes from ${response.body.subarray(0, 16).toString('hex')}, ` +
+        `headers ${JSON.stringify(response.headers)}, trailers ${JSON.stringify(response.trailers)}`
+      t.equal(((): string => { try { return decode(response.body).toString() } catch (error) { return `${String(error)}: ${received()}` } })(), small)
       t.equal(response.headers['unencoded-digest'], openssl(join(root, 'small.txt')), `${accept}: known before sending`)
       t.equal(response.trailers['content-digest'], sha256(response.body), `${accept}: Content-Digest of the coded bytes sent`)
       t.equal(response.trailers['repr-digest'], sha256(response.body))
