@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
-import { createReadStream, mkdtempSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs'
+import { close, createReadStream, mkdtempSync, open, read, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
@@ -66,6 +66,18 @@ t.test('a stream that closed, or closes while its file is looked at, gives nothi
   const found = new FileDigests(limits).digests({ path, stream: closing }, [sha256], [], false)
   closing.destroy()
   t.equal(await found, null, 'closed during')
+  // Whether the descriptor closes before fstat reads it is a race: a close held back until the
+  // stats came makes the stream's own destroyed flag the only thing that can refuse them.
+  let release = (): void => {}
+  const held = createReadStream(path, {
+    fs: { open, read, close: (fd: number, done: (error: Error | null) => void) => { release = () => close(fd, done) } }
+  })
+  await once(held, 'ready')
+  const heldFound = new FileDigests(limits).digests({ path, stream: held }, [sha256], [], false)
+  held.destroy()
+  t.equal(await heldFound, null, 'closed during, its descriptor still open')
+  release()
+  await once(held, 'close')
 })
 
 t.test('a file removed or replaced after its stream opened it is not hashed by its path', async (t) => {
