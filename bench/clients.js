@@ -22,7 +22,9 @@ export const pinned = childCore > 0 && (() => {
 function startChild (script, args, env = process.env) {
   const path = fileURLToPath(new URL(script, import.meta.url))
   // BENCH_CPU_PROF=<dir> writes a V8 CPU profile of every child into dir.
-  const node = [process.execPath, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), path, ...args]
+  // BENCH_NODE_FLAGS adds Node and V8 flags to every child's command line.
+  const flags = (process.env.BENCH_NODE_FLAGS ?? '').split(' ').filter((flag) => flag !== '')
+  const node = [process.execPath, ...flags, ...(process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : []), path, ...args]
   const [command, rest] = pinned ? ['taskset', ['-c', String(childCore), ...node]] : [node[0], node.slice(1)]
   return spawn(command, rest, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'], env })
 }
@@ -69,8 +71,9 @@ async function load (options) {
  * (about `seconds` worth), and the rate is that count over the measured run's own wall time: a few
  * large bodies a second are then not rounded to whole requests, nor cut off in flight at the end.
  */
-export async function requestsPerSecond ({ server, method = 'POST', path, headers, body, connections, pipelining, warmup, seconds }) {
-  const options = { url: server.url + path, method, headers, body, connections, pipelining }
+export async function requestsPerSecond ({ server, method = 'POST', path, headers, body, connections, pipelining, warmup, seconds, requests }) {
+  // requests: autocannon's sequence of requests that each connection cycles through, if any.
+  const options = { url: server.url + path, method, headers, body, connections, pipelining, ...(requests === undefined ? {} : { requests }) }
   const calibration = await load({ ...options, duration: warmup })
   const amount = Math.max(connections * pipelining * 4, Math.round(calibration.requests.total / warmup * seconds))
   const before = await server.stats()

@@ -59,7 +59,13 @@ function smallSection ({ bytes, pipelining, samples }) {
     noField: compare(samples, 'plugin, no digest field', bare),
     sha256: compare(samples, 'plugin, sha-256', bare),
     rawBody: compare(samples, 'plugin, sha-256', 'raw-body comparator, sha-256'),
-    streaming: compare(samples, 'plugin, sha-256', 'streaming comparator, sha-256')
+    streaming: compare(samples, 'plugin, sha-256', 'streaming comparator, sha-256'),
+    // The mix against the mean of its two kinds run apart, in the same round: above 1x, having both
+    // kinds in one process costs more than each alone.
+    mix: {
+      rps: ratios(rpsOf(samples, 'plugin, half with sha-256'), rpsOf(samples, 'plugin, no digest field').map((rps, round) => 2 / (1 / rps + 1 / rpsOf(samples, 'plugin, sha-256')[round]))),
+      cpu: ratios(cpuOf(samples, 'plugin, half with sha-256'), cpuOf(samples, 'plugin, no digest field').map((cpu, round) => (cpu + cpuOf(samples, 'plugin, sha-256')[round]) / 2))
+    }
   }
   const shape = pipelining === 1 ? '50 connections, one request at a time each, as real clients send them' : `50 connections with ${pipelining} pipelined requests each, as Fastify's own benchmarks run`
   return {
@@ -202,7 +208,7 @@ function sweepSection (sizes) {
     (compare(samples, 'plugin', 'raw-body')[by].median <= 1 || compare(samples, 'plugin', 'streaming')[by].median <= 1))
   const where = (list) => list.length === 0 ? 'ahead at every size' : `not ahead at ${list.map(({ size }) => sizeName(size)).join(', ')}`
   return {
-    targets: [['every sweep size from 16 KiB: plugin ahead of both comparators', where(behind('rps')), where(behind('cpu')), check(behind('rps').length === 0)]],
+    targets: [['every sweep size from 16 KiB: plugin ahead of both comparators (an earlier issue)', where(behind('cpu')), where(behind('rps')), check(behind('cpu').length === 0)]],
     text: table(['body', 'bare MiB/s', 'plugin MiB/s', 'raw-body MiB/s', 'streaming MiB/s', 'plugin / raw-body: req/s; CPU', 'plugin / streaming: req/s; CPU', 'plugin / bare: req/s'], rows)
   }
 }
@@ -254,12 +260,14 @@ export async function writeReport ({ started, settings, small, pipelined, large,
   const pipelinedPart = smallSection(pipelined)
   const largePart = largeSection(large)
   const sweepPart = sweepSection(sizes)
-  const { noField, sha256, rawBody, streaming } = smallPart.comparisons
+  const { noField, sha256, rawBody, streaming, mix } = smallPart.comparisons
+  // Judged by server CPU per request, as issue 20 states them; requests per second beside.
   const targets = [
-    ['no digest field ≥ 0.98x bare Fastify', times(noField.rps), times(noField.cpu), check(noField.rps.median >= 0.98)],
-    ['1 KiB JSON, sha-256 Content-Digest ≥ 0.78x bare Fastify', times(sha256.rps), times(sha256.cpu), check(sha256.rps.median >= 0.78)],
-    ['1 KiB JSON, sha-256: ahead of the raw-body comparator', times(rawBody.rps), times(rawBody.cpu), check(rawBody.rps.median > 1)],
-    ['1 KiB JSON, sha-256: ≥ 1.5x the streaming comparator', times(streaming.rps), times(streaming.cpu), check(streaming.rps.median >= 1.5)],
+    ['no digest field ≥ 0.98x bare Fastify', times(noField.cpu), times(noField.rps), check(noField.cpu.median >= 0.98)],
+    ['1 KiB JSON, sha-256 Content-Digest ≥ 0.80x bare Fastify', times(sha256.cpu), times(sha256.rps), check(sha256.cpu.median >= 0.8)],
+    ['1 KiB JSON, sha-256: ≥ 1.10x the raw-body comparator', times(rawBody.cpu), times(rawBody.rps), check(rawBody.cpu.median >= 1.1)],
+    ['1 KiB JSON, half with sha-256: ≤ 1x the mean of the two kinds apart', times(mix.cpu), `${times(mix.rps)} (harmonic mean)`, check(mix.cpu.median <= 1)],
+    ['1 KiB JSON, sha-256: ≥ 1.5x the streaming comparator (an earlier issue)', times(streaming.cpu), times(streaming.rps), check(streaming.cpu.median >= 1.5)],
     ...largePart.targets,
     ...sweepPart.targets
   ]
@@ -287,11 +295,12 @@ parser has run on unverified bytes; **streaming** pipes the payload through \`cr
 
 ## Targets
 
-Each target is judged as the issue states it, in requests per second (or CPU for uploads); the
-third column gives the same comparison by server CPU per request (the inverse ratio), which the
-load generator's speed does not cap and which varies less from process to process.
+Each target is judged as issue 20 states it: by server CPU per request (the inverse ratio, so
+that above 1x is faster), which the load generator's speed does not cap and which varies less
+from process to process, or extra CPU for uploads; the third column gives the same comparison in
+requests per second.
 
-${table(['target', 'measured: median (range)', 'by server CPU per request', ''], targets)}
+${table(['target', 'by server CPU per request: median (range)', 'in requests per second', ''], targets)}
 
 ## Small requests: 1 KiB JSON POST
 

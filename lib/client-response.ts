@@ -48,11 +48,11 @@ Expected[] {
     for (const [key, [value]] of dictionary) {
       const algorithm = settings.algorithms.get(key)
       if (algorithm === undefined) continue
-      if (!(value instanceof ArrayBuffer) || value.byteLength !== algorithm.length) {
+      if (!Buffer.isBuffer(value) || value.length !== algorithm.length) {
         ignored.push(`${field} ${key} is not a digest of its algorithm`)
         continue
       }
-      expected.push({ field, algorithm, value: Buffer.from(value) })
+      expected.push({ field, algorithm, value })
     }
   }
   return expected

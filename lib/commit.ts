@@ -95,9 +95,9 @@ export class VerifiedFiles implements VerifiedFilesApi {
   }
 
   /**
-   * Removes every file saved and not committed. The plugin calls it once the response is sent, so
-   * that a request that ends any other way (an error, an abort, a handler that never commits)
-   * leaves nothing behind.
+   * Removes every file saved and not committed. The plugin calls it before any answer goes (and when
+   * the client leaves), so that a request that ends any other way (an error, an abort, a handler
+   * that never commits) leaves nothing behind.
    */
   async discard (): Promise<void> {
     this.#settled = true

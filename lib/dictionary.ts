@@ -1,10 +1,11 @@
 /**
  * Dictionary fields (RFC 9651 section 4.2.2) as clients write digest fields: members `key=:base64:`
  * and `key=N`, separated by commas. That form is read here in one pass; anything else, valid or
- * not, is read by structured-headers, whose result this one equals on every input it takes
- * (test/dictionary.test.ts checks both over the structured field test corpus and generated fields).
+ * not, is read by structured-headers, whose result this one equals on every input it takes, with
+ * byte sequences as Buffers (test/dictionary.test.ts checks both over the structured field test
+ * corpus and generated fields).
  */
-import { parseDictionary as parseAnyDictionary, type Dictionary } from 'structured-headers'
+import { parseDictionary as parseAnyDictionary, type BareItem, type InnerList, type Parameters } from 'structured-headers'
 
 const comma = 0x2c
 const equals = 0x3d
@@ -30,21 +31,24 @@ function isBase64Char (code: number): boolean {
  * The bytes of canonical base64 from `start` to `end` (a multiple of four characters, "=" only as
  * the last one or two), or null for anything else.
  */
-function canonicalBytes (text: string, start: number, end: number): ArrayBuffer | null {
+function canonicalBytes (text: string, start: number, end: number): Buffer | null {
   const length = end - start
   if (length % 4 !== 0) return null
   let padding = 0
   if (length > 0 && text.charCodeAt(end - 1) === equals) padding = text.charCodeAt(end - 2) === equals ? 2 : 1
   for (let i = start; i < end - padding; i++) if (!isBase64Char(text.charCodeAt(i))) return null
-  // Decoded into a buffer of its own (Buffer.alloc never takes from the shared pool).
-  const bytes = Buffer.alloc(length / 4 * 3 - padding)
-  bytes.write(text.slice(start, end), 'base64')
-  return bytes.buffer as ArrayBuffer
+  // A view of Node's shared pool, like any small Buffer.from(): an ArrayBuffer of its own costs
+  // more than the rest of the parse together.
+  return Buffer.from(text.slice(start, end), 'base64')
 }
 
+/** A Dictionary as read here: its byte sequences are Buffers, where structured-headers gives ArrayBuffers. */
+export type Member = [BareItem | Buffer, Parameters] | InnerList
+export type Members = Map<string, Member>
+
 /** The members of a field in the form above, or null when the field is in any other. */
-function parseCanonical (text: string): Dictionary | null {
-  const dictionary: Dictionary = new Map()
+function parseCanonical (text: string): Members | null {
+  const dictionary: Members = new Map()
   const end = text.length
   let at = 0
   while (true) {
@@ -75,7 +79,16 @@ function parseCanonical (text: string): Dictionary | null {
   }
 }
 
+/** The same members, byte sequences as Buffers (views of the same memory). */
+function withBuffers (dictionary: Map<string, [BareItem, Parameters] | InnerList>): Members {
+  const members: Members = dictionary
+  for (const [key, [value, parameters]] of dictionary) {
+    if (value instanceof ArrayBuffer) members.set(key, [Buffer.from(value), parameters as Parameters])
+  }
+  return members
+}
+
 /** Parses a Dictionary field, throwing structured-headers' ParseError, which says where it broke. */
-export function parseDictionary (text: string): Dictionary {
-  return parseCanonical(text) ?? parseAnyDictionary(text)
+export function parseDictionary (text: string): Members {
+  return parseCanonical(text) ?? withBuffers(parseAnyDictionary(text))
 }

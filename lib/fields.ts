@@ -1,7 +1,7 @@
 /** The digest fields of a header or trailer section, parsed and judged before any content is read. */
 import type { IncomingHttpHeaders } from 'node:http'
-import { isInnerList, type Dictionary, type InnerList, type Item } from 'structured-headers'
-import { parseDictionary } from './dictionary.js'
+import { isInnerList } from 'structured-headers'
+import { parseDictionary, type Member, type Members } from './dictionary.js'
 import type { DigestFieldName } from './types.js'
 import type { Algorithm } from './algorithms.js'
 import {
@@ -72,7 +72,7 @@ export function announcedFields (headers: IncomingHttpHeaders): string[] {
   return trailer.toLowerCase().split(',').map((name) => name.trim()).filter((name) => integrityFields.includes(name))
 }
 
-type Parsed = [Field, Dictionary, string]
+type Parsed = [Field, Members, string]
 
 /** A header or trailer section, as Node gives it. */
 export type Section = Readonly<Record<string, string | string[] | undefined>>
@@ -99,7 +99,7 @@ function parse (section: Readonly<Record<string, string | string[] | undefined>>
  * preference field; or the finding of a preference that is not an integer from 0 to 10 (RFC 9530
  * section 4).
  */
-function requestedKeys ({ name, integrity }: Field, dictionary: Dictionary, text: string): string[] | Finding {
+function requestedKeys ({ name, integrity }: Field, dictionary: Members, text: string): string[] | Finding {
   if (integrity !== null) return [...dictionary.keys()]
   const keys: string[] = []
   // Only a field with a point can hold a Decimal.
@@ -141,12 +141,12 @@ function unsupportedKeys (settings: Settings, field: Field, keys: readonly strin
 }
 
 /** Why a value cannot come from its algorithm (problem-types section 4.2), or null. */
-function invalidity (algorithm: Algorithm, member: Item | InnerList): string | null {
+function invalidity (algorithm: Algorithm, member: Member): string | null {
   const bytes = member[0]
-  if (isInnerList(member) || !(bytes instanceof ArrayBuffer)) return 'is not a byte sequence'
+  if (isInnerList(member) || !Buffer.isBuffer(bytes)) return 'is not a byte sequence'
   // A value of the wrong length cannot come from the algorithm, so the content need not be hashed
   // to know it is wrong.
-  if (bytes.byteLength !== algorithm.length) return `is not ${algorithm.length} bytes long`
+  if (bytes.length !== algorithm.length) return `is not ${algorithm.length} bytes long`
   return null
 }
 
@@ -178,7 +178,7 @@ export function judgeFields (section: Section, settings: Settings, partial: bool
       if (reason !== null) {
         invalid.push({ kind: 'invalid', algorithm: key, header: name as IntegrityFieldName, reason })
       } else if (!(partial && integrity === 'repr-digest')) {
-        const value = Buffer.from(member[0] as ArrayBuffer)
+        const value = member[0] as Buffer
         expectations.push({ field: integrity, header: name as IntegrityFieldName, algorithm, value })
       }
     }

@@ -15,8 +15,8 @@
 //                  fields answered, digests sent and signed as its last (response-digests.ts,
 //                  preferences.ts, response-coverage.ts, payload-digests.ts); files' digests kept by
 //                  version (file-digests.ts), signatures made (integrity-signatures.ts)
-//   commits        request.verifiedFiles() and digestVerdict() (commit.ts); an error answer, and
-//                  onResponse after any other, removes files saved and not committed
+//   commits        request.verifiedFiles() and digestVerdict() (commit.ts); files saved and not
+//                  committed are removed before any answer goes (holdSuccessReplies)
 import type {
   FastifyContextConfig,
   FastifyError,
@@ -80,6 +80,17 @@ function isStream (body: unknown): boolean {
 function keepConnection (reply: FastifyReply): void {
   reply.removeHeader('connection')
   ;(reply.raw as { _removedConnection?: boolean })._removedConnection = false
+}
+
+/**
+ * Removes the files saved with request.verifiedFiles() and not committed, before the answer goes: a
+ * client that has it finds none of them. An onResponse hook would do it later, and would make
+ * Fastify follow every response's end (without a logger it follows none).
+ */
+function discardUncommitted (request: DigestRequest, payload: unknown, done: (error: Error | null, payload?: unknown) => void): void {
+  const files = request[kVerifiedFiles]
+  if (files == null) done(null, payload)
+  else files.discard().then(() => done(null, payload), done)
 }
 
 function routeName (route: RouteOptions): string {
@@ -204,14 +215,6 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     }, done)
   })
 
-  // Files saved with request.verifiedFiles() and not committed are removed once the answer is sent
-  // (VerifiedFiles itself removes them when the client leaves mid-upload).
-  fastify.addHook('onResponse', function discardUncommitted (request: DigestRequest, _reply, done) {
-    const files = request[kVerifiedFiles]
-    if (files == null) done()
-    else files.discard().then(() => done(), done)
-  })
-
   // After the parser: a parser that took part of the content and handed no stream on (one that
   // sniffs the first chunk) must not let any later hook or the handler act on content whose
   // digest is not known yet, so the rest is read here and the request goes on once it matched.
@@ -230,27 +233,19 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // on it. A success reply then waits for the verdict, and a failure turns it into the problem, so
   // that no client is told that content whose digest failed was taken.
   fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
-    // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is,
-    // once the files saved for the request and not committed are removed, so that a client that has
-    // the answer finds none of them.
-    if (reply.statusCode >= 400) {
-      const files = request[kVerifiedFiles]
-      if (files == null) done(null, payload)
-      else files.discard().then(() => done(null, payload), done)
-      return
-    }
     const verifier = request[kPendingContent]
-    if (verifier == null || verifier.settled) {
-      done(null, payload)
+    // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
+    if (reply.statusCode >= 400 || verifier == null || verifier.settled) {
+      discardUncommitted(request, payload, done)
       return
     }
     verifier.whenSettled((problem) => {
       if (problem === undefined) {
-        done(null, payload)
+        discardUncommitted(request, payload, done)
         return
       }
       reply.removeHeader('content-length')
-      done(null, answerWith(problem, request, reply))
+      discardUncommitted(request, answerWith(problem, request, reply), done)
     }, false)
   })
 }

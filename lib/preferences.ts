@@ -1,7 +1,7 @@
 /** Want-* preferences (RFC 9530 section 4), and the fields and Vary that answer them. */
 import type { FastifyReply } from 'fastify'
-import { serializeByteSequence, type Dictionary } from 'structured-headers'
-import { parseDictionary } from './dictionary.js'
+import { serializeByteSequence } from 'structured-headers'
+import { parseDictionary, type Members } from './dictionary.js'
 import type { Algorithm } from './algorithms.js'
 import type { Settings } from './options.js'
 
@@ -10,7 +10,7 @@ import type { Settings } from './options.js'
  * request arrived, unless something answered before the plugin's onRequest hook ran: one that does
  * not parse then asks for nothing.
  */
-export function preferencesOf (want: string | string[] | undefined): Dictionary | null {
+export function preferencesOf (want: string | string[] | undefined): Members | null {
   if (want === undefined) return null
   try {
     return parseDictionary(String(want))
@@ -24,7 +24,7 @@ export function preferencesOf (want: string | string[] | undefined): Dictionary 
  * among those `offered`, the one the client weighs highest, ties going to the route's own
  * preference; none when every offered key is at 0 or absent.
  */
-export function chosen (settings: Settings, weights: Dictionary, offered: (algorithm: Algorithm) => boolean):
+export function chosen (settings: Settings, weights: Members, offered: (algorithm: Algorithm) => boolean):
 Algorithm | null {
   let best: Algorithm | null = null
   let bestWeight = 0
@@ -53,7 +53,7 @@ export function addVary (reply: FastifyReply, fields: string): void {
  * application supplied wins whenever it is acceptable, so that a stored checksum is sent rather
  * than the representation hashed again.
  */
-export function representationAlgorithm (settings: Settings, want: Dictionary | null, unasked: boolean,
+export function representationAlgorithm (settings: Settings, want: Members | null, unasked: boolean,
   isSupplied: (algorithm: Algorithm) => boolean): Algorithm | null {
   if (want !== null) return chosen(settings, want, isSupplied) ?? chosen(settings, want, () => true)
   if (!unasked) return null

@@ -7,13 +7,14 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
 import { createMD5, createSHA1, createSHA256, createSHA512, type IHasher } from 'hash-wasm'
-import { parseItem, type Dictionary } from 'structured-headers'
+import { parseItem } from 'structured-headers'
 import type { DigestAlgorithm, ResumableUpload } from './types.js'
 import { distinct, lookupAlgorithm, type Algorithm } from './algorithms.js'
 import { invalidOption, problemCodes } from './errors.js'
 import { judgeFields, type Expectation } from './fields.js'
 import { refusals, type Finding } from './findings.js'
 import type { Settings } from './options.js'
+import type { Members } from './dictionary.js'
 import { chosen, preferencesOf } from './preferences.js'
 import { DigestProblem, problemFor } from './problems.js'
 import { mismatchingUploadOffsetSchema } from './schemas.js'
@@ -316,12 +317,12 @@ export function uploadCompleteOf (request: FastifyRequest, reply: FastifyReply):
  * its own, and the preferences of the creation's Want-Repr-Digest, which the request's replace.
  */
 export function uploadReprDigests (request: FastifyRequest, status: number, payload: unknown):
-{ readonly digests: Partial<Record<DigestAlgorithm, Buffer>>, readonly want: Dictionary | null } | null {
+{ readonly digests: Partial<Record<DigestAlgorithm, Buffer>>, readonly want: Members | null } | null {
   const upload = request.resumableUpload as RunningUpload | null
   if (upload === null || status < 200 || status >= 300) return null
   // A response with content of its own (the completing one's) is a representation of its own.
   const empty = status === 204 || payload == null || (payload as { length?: number }).length === 0
   if (!empty) return null
   const want = upload.want.length === 0 ? null : new Map(upload.want.map(({ key }) => [key, [1, new Map()]]))
-  return { digests: upload.digests(), want: want as Dictionary | null }
+  return { digests: upload.digests(), want: want as Members | null }
 }

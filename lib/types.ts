@@ -163,7 +163,7 @@ export interface VerifiedFiles {
    * answers when the handler lets it through.
    */
   commit (): Promise<VerifiedDigest | null>
-  /** Removes the saved files; the plugin does it once the response is sent, unless they were committed. */
+  /** Removes the saved files; the plugin does it before any answer is sent, unless they were committed. */
   discard (): Promise<void>
 }
 

@@ -201,10 +201,11 @@ t.test('a VerifiedFiles committed or discarded takes no more files', async (t) =
   t.equal((await app.inject({ method: 'POST', url: '/', payload: 'x', headers: { 'content-type': 'text/plain' } })).body, 'ok')
 })
 
-t.test('a handler that saves and never commits leaves nothing once it answered', async (t) => {
+t.test('a handler that saves and never commits leaves nothing: the files are removed before its answer goes', async (t) => {
   const { url, folder, settled } = await server(t)
   const response = await request(`${url}/forgetful/kept.bin`, { method: 'PUT', body: 'content', headers: { 'content-type': 'application/octet-stream', 'content-digest': sha256('content') } })
   t.same(await response.body.json(), { committed: false })
+  t.same(readdirSync(folder), [], 'removed before the answer went')
   await settled()
   t.same(readdirSync(folder), [])
 })
