@@ -85,13 +85,16 @@ app.post('/bytes', async (request) => ({ received: request.body.length }))
 app.put('/upload', async (request) => {
   if (Buffer.isBuffer(request.body)) return { received: request.body.length }
   let received = 0
+  let chunks = 0
   await pipeline(request.body, new Writable({
     write (chunk, _encoding, callback) {
       received += chunk.length
+      chunks++
       callback()
     }
   }))
-  return { received }
+  // How many chunks the bytes came in: the createHash floor hashes the same bytes in chunks of that size.
+  return { received, chunks }
 })
 
 // A streamed download of ?mib= MiB, for response digests: answered with Repr-Digest in the trailer
