@@ -52,7 +52,8 @@ Expected[] {
         ignored.push(`${field} ${key} is not a digest of its algorithm`)
         continue
       }
-      expected.push({ field, algorithm, value })
+      // A copy: the parsed value is a view of Node's shared pool, and errors hand it to the application.
+      expected.push({ field, algorithm, value: Buffer.from(value) })
     }
   }
   return expected

@@ -8,6 +8,7 @@ import type { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from './types.js'
 import { readToEnd } from './source.js'
+import { uncommittedFileKept } from './warnings.js'
 
 /**
  * The request's verdict: what was verified, or null when the content had no integrity field; the
@@ -42,11 +43,17 @@ export class VerifiedFiles implements VerifiedFilesApi {
   #settled = false
   #removed: Promise<void> = Promise.resolve()
 
-  constructor (request: FastifyRequest) {
+  /** `answered`: the reply went before the handler asked for its files, which then takes none. */
+  constructor (request: FastifyRequest, answered: boolean) {
     this.#request = request
+    this.#settled = answered
     // A client that leaves before its content ended leaves nothing behind. (A request stream also
-    // closes after its end, when the handler may still commit.)
-    request.raw.once('close', () => { if (!request.raw.complete) this.discard() })
+    // closes after its end, when the handler may still commit; an HTTP/2 request cut short says it
+    // is complete, and aborted.)
+    const raw = request.raw as FastifyRequest['raw'] & { aborted?: boolean }
+    raw.once('close', () => {
+      if (!raw.complete || raw.aborted === true) this.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
+    })
   }
 
   /**
@@ -54,9 +61,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
    * rename), resolving once it is written; a failure removes it.
    */
   async save (content: Readable, destination: string): Promise<void> {
-    if (this.#settled) {
-      throw failureOf(this.#request, new Error('fastify-digest-fields: verifiedFiles: already committed or discarded'))
-    }
+    this.#refuseSettled()
     const partial = join(dirname(destination), `.${basename(destination)}.${randomUUID()}.partial`)
     const writer = createWriteStream(partial, { flags: 'wx' })
     this.#pending.push({ partial, destination, writer })
@@ -74,6 +79,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
    * verified; on a failed or unverifiable request, removes them all and rejects with its problem.
    */
   async commit (): Promise<VerifiedDigest | null> {
+    this.#refuseSettled()
     let verdict: VerifiedDigest | null
     try {
       verdict = await digestVerdict(this.#request)
@@ -81,6 +87,8 @@ export class VerifiedFiles implements VerifiedFilesApi {
       await this.discard()
       throw error
     }
+    // The reply may have gone meanwhile, removing the files: nothing is committed then.
+    this.#refuseSettled()
     this.#settled = true
     try {
       // One by one, each left to discard() until it is in place, so that a failed rename removes it.
@@ -94,6 +102,12 @@ export class VerifiedFiles implements VerifiedFilesApi {
     return verdict
   }
 
+  #refuseSettled (): void {
+    if (this.#settled) {
+      throw failureOf(this.#request, new Error('fastify-digest-fields: verifiedFiles: already committed or discarded'))
+    }
+  }
+
   /**
    * Removes every file saved and not committed. The plugin calls it before any answer goes (and when
    * the client leaves), so that a request that ends any other way (an error, an abort, a handler
@@ -103,7 +117,8 @@ export class VerifiedFiles implements VerifiedFilesApi {
     this.#settled = true
     // Every caller waits for every removal so far: the plugin's hooks and a failed save() alike.
     const removals = this.#pending.splice(0).map(removeSaved)
-    this.#removed = Promise.all([this.#removed, ...removals]).then(() => {})
+    // An earlier removal that failed was reported to the caller that waited for it.
+    this.#removed = Promise.all([this.#removed.catch(() => {}), ...removals]).then(() => {})
     await this.#removed
   }
 }

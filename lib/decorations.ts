@@ -14,7 +14,8 @@ import {
   kVerifiedFiles
 } from './symbols.js'
 
-type FilesRequest = FastifyRequest & { [kVerifiedFiles]?: VerifiedFiles | null }
+// false once the reply went without any: files asked for later can only be refused.
+type FilesRequest = FastifyRequest & { [kVerifiedFiles]?: VerifiedFiles | null | false }
 
 /** Decorates a Fastify instance once, whichever registration comes first. */
 export function decorate (fastify: FastifyInstance): void {
@@ -24,7 +25,9 @@ export function decorate (fastify: FastifyInstance): void {
   fastify.decorateRequest('resumableUpload', null)
   fastify.decorateRequest('digestVerdict', function (this: FastifyRequest) { return digestVerdict(this) })
   fastify.decorateRequest('verifiedFiles', function (this: FilesRequest) {
-    return (this[kVerifiedFiles] ??= new VerifiedFiles(this))
+    const files = this[kVerifiedFiles]
+    if (files instanceof VerifiedFiles) return files
+    return (this[kVerifiedFiles] = new VerifiedFiles(this, files === false))
   })
   fastify.decorateReply(kSuppliedDigests, null)
   fastify.decorateReply(kServedFile, null)

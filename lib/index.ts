@@ -41,7 +41,7 @@ import { deferContinue } from './continue.js'
 import type { VerifiedFiles } from './commit.js'
 import { decorate } from './decorations.js'
 import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kVerifiedFiles } from './symbols.js'
-import { declaredBeforeRegistration } from './warnings.js'
+import { declaredBeforeRegistration, uncommittedFileKept } from './warnings.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
 import { isUploadRequest, startUpload } from './resumable.js'
 
@@ -64,7 +64,7 @@ export {
 type RouteConfig = FastifyContextConfig & { [kRouteSettings]?: Settings | null }
 type DigestRequest = FastifyRequest & {
   [kPendingContent]?: PendingContent | null
-  [kVerifiedFiles]?: VerifiedFiles | null
+  [kVerifiedFiles]?: VerifiedFiles | null | false
 }
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
@@ -89,8 +89,16 @@ function keepConnection (reply: FastifyReply): void {
  */
 function discardUncommitted (request: DigestRequest, payload: unknown, done: (error: Error | null, payload?: unknown) => void): void {
   const files = request[kVerifiedFiles]
-  if (files == null) done(null, payload)
-  else files.discard().then(() => done(null, payload), done)
+  if (files == null || files === false) {
+    request[kVerifiedFiles] = false
+    done(null, payload)
+    return
+  }
+  // A file that cannot be removed is not at its destination: the answer goes, and the log says so.
+  files.discard().then(() => done(null, payload), (error) => {
+    request.log.error(uncommittedFileKept(error))
+    done(null, payload)
+  })
 }
 
 function routeName (route: RouteOptions): string {

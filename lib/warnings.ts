@@ -7,3 +7,8 @@ export function declaredBeforeRegistration (method: string, url: string | undefi
     'it is checked with the plugin defaults and its problems are answered by the application\'s error handler. ' +
     'Declare routes after `await fastify.register(fastifyDigestFields)`.'
 }
+
+/** A file saved with request.verifiedFiles() and not committed that could not be removed. */
+export function uncommittedFileKept (error: unknown): string {
+  return `fastify-digest-fields: a file saved and not committed could not be removed: ${(error as Error).message}`
+}
