@@ -47,6 +47,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
   constructor (request: FastifyRequest, answered: boolean) {
     this.#request = request
     this.#settled = answered
+    if (answered) return
     // A client that leaves before its content ended leaves nothing behind. (A request stream also
     // closes after its end, when the handler may still commit; an HTTP/2 request cut short says it
     // is complete, and aborted.)
