@@ -3,23 +3,34 @@ import { randomUUID } from 'node:crypto'
 import { createWriteStream, type WriteStream } from 'node:fs'
 import { rename, rm } from 'node:fs/promises'
 import { basename, dirname, join } from 'node:path'
-import { finished, pipeline } from 'node:stream/promises'
+import { pipeline } from 'node:stream/promises'
 import type { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from './types.js'
-import { readToEnd } from './source.js'
+import { unverifiedRoute } from './errors.js'
+import { kPendingContent, kRouteSettings } from './symbols.js'
+import type { PendingContent } from './verifier.js'
 import { uncommittedFileKept } from './warnings.js'
+
+type VerdictRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null }
 
 /**
  * The request's verdict: what was verified, or null when the content had no integrity field; the
- * DigestProblem (or the abort) when it failed. Its caller is done reading: what no reader took yet
- * is read and discarded, even from a reader that stopped taking it (@fastify/multipart's file()
- * with a later file nobody reads), since the verdict comes only at the end of the content.
+ * DigestProblem (or the abort) when it failed. It waits for the content's readers to read it to
+ * its end, and reads what nobody reads; a reader that stands still for the route's stallTimeout
+ * is cut off with an error (@fastify/multipart's file() with a later file nobody reads).
  */
 export async function digestVerdict (request: FastifyRequest): Promise<VerifiedDigest | null> {
-  const raw = request.raw as Readable
-  if (!raw.readableEnded) readToEnd(raw, true)
-  await finished(raw, { writable: false })
+  if ((request.routeOptions.config as { [kRouteSettings]?: unknown })[kRouteSettings] === null) {
+    throw unverifiedRoute('digestVerdict()')
+  }
+  const pending = (request as VerdictRequest)[kPendingContent]
+  const failure = pending == null
+    ? (request.raw as Readable).errored
+    : pending.settled
+      ? pending.failure
+      : await new Promise<Error | null>((resolve) => pending.whenSettled(resolve, 'stall'))
+  if (failure != null) throw failure
   return request.digest
 }
 
@@ -40,6 +51,10 @@ async function removeSaved ({ partial, writer }: Saved): Promise<void> {
 export class VerifiedFiles implements VerifiedFilesApi {
   readonly #request: FastifyRequest
   readonly #pending: Saved[] = []
+  // Each save still writing, resolving with why it failed (never rejecting: nobody may await it).
+  readonly #writing: Array<Promise<unknown>> = []
+  // commit() was called: no save may start after it, nor a second commit.
+  #committing = false
   #settled = false
   #removed: Promise<void> = Promise.resolve()
 
@@ -62,12 +77,14 @@ export class VerifiedFiles implements VerifiedFilesApi {
    * rename), resolving once it is written; a failure removes it.
    */
   async save (content: Readable, destination: string): Promise<void> {
-    this.#refuseSettled()
+    this.#refuseSettled(true)
     const partial = join(dirname(destination), `.${basename(destination)}.${randomUUID()}.partial`)
     const writer = createWriteStream(partial, { flags: 'wx' })
     this.#pending.push({ partial, destination, writer })
+    const written = pipeline(content, writer)
+    this.#writing.push(written.then(() => null, (error: unknown) => error))
     try {
-      await pipeline(content, writer)
+      await written
     } catch (error) {
       await this.discard()
       // Files removed because the content failed fail with its problem, which the plugin answers.
@@ -80,9 +97,13 @@ export class VerifiedFiles implements VerifiedFilesApi {
    * verified; on a failed or unverifiable request, removes them all and rejects with its problem.
    */
   async commit (): Promise<VerifiedDigest | null> {
-    this.#refuseSettled()
+    this.#refuseSettled(true)
+    this.#committing = true
     let verdict: VerifiedDigest | null
     try {
+      // Every save still writing is waited for: what is committed is all that was verified.
+      const failed = (await Promise.all(this.#writing)).find((error) => error !== null)
+      if (failed !== undefined) throw failureOf(this.#request, failed)
       verdict = await digestVerdict(this.#request)
     } catch (error) {
       await this.discard()
@@ -103,8 +124,9 @@ export class VerifiedFiles implements VerifiedFilesApi {
     return verdict
   }
 
-  #refuseSettled (): void {
-    if (this.#settled) {
+  /** Refuses a save or commit once the files were committed or discarded, or, with `committing`, once commit() began. */
+  #refuseSettled (committing = false): void {
+    if (this.#settled || (committing && this.#committing)) {
       throw failureOf(this.#request, new Error('fastify-digest-fields: verifiedFiles: already committed or discarded'))
     }
   }

@@ -2,11 +2,12 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { lookupAlgorithm } from './algorithms.js'
 import { digestVerdict, VerifiedFiles } from './commit.js'
-import { invalidOption } from './errors.js'
+import { invalidOption, unverifiedRoute } from './errors.js'
 import type { SuppliedDigests } from './response-digests.js'
 import {
   kFilePayload,
   kPendingContent,
+  kRouteSettings,
   kSentDigests,
   kServedFile,
   kSuppliedDigests,
@@ -25,6 +26,10 @@ export function decorate (fastify: FastifyInstance): void {
   fastify.decorateRequest('resumableUpload', null)
   fastify.decorateRequest('digestVerdict', function (this: FastifyRequest) { return digestVerdict(this) })
   fastify.decorateRequest('verifiedFiles', function (this: FilesRequest) {
+    // Files committed on a route the plugin does not verify would be unverified content.
+    if ((this.routeOptions.config as { [kRouteSettings]?: unknown })[kRouteSettings] === null) {
+      throw unverifiedRoute('request.verifiedFiles()')
+    }
     const files = this[kVerifiedFiles]
     if (files instanceof VerifiedFiles) return files
     return (this[kVerifiedFiles] = new VerifiedFiles(this, files === false))

@@ -19,3 +19,24 @@ export function invalidOption (where: string, message: string): TypeError & { co
   const error = new TypeError(`fastify-digest-fields: ${where}: ${message}`)
   return Object.assign(error, { code: 'FST_DIGEST_FIELDS_INVALID_OPTION' })
 }
+
+/**
+ * What a reader that held a request's content for `timeout` ms without taking any gets in place of
+ * the rest, which the plugin then reads itself for a wait of its own (content-wait.ts).
+ */
+export function readerStalled (timeout: number): Error & { code: string } {
+  const error = new Error(`fastify-digest-fields: the content was taken from a reader that took none of it for ${timeout} ms`)
+  return Object.assign(error, { code: 'FST_DIGEST_FIELDS_READER_STALLED' })
+}
+
+/** Why a request whose client sent nothing for `timeout` ms, while the plugin waited for its content, was ended. */
+export function clientStalled (timeout: number): Error & { code: string } {
+  const error = new Error(`fastify-digest-fields: the client sent nothing for ${timeout} ms while the plugin waited for the content`)
+  return Object.assign(error, { code: 'FST_DIGEST_FIELDS_CLIENT_STALLED' })
+}
+
+/** request.verifiedFiles() or digestVerdict() on a route whose content the plugin does not verify. */
+export function unverifiedRoute (what: string): Error & { code: string } {
+  const error = new Error(`fastify-digest-fields: ${what} on a route with config.digest: false, whose content is not verified`)
+  return Object.assign(error, { code: 'FST_DIGEST_FIELDS_UNVERIFIED_ROUTE' })
+}

@@ -126,6 +126,8 @@ export const refusals = {
     ? 'this resource creates uploads: an append goes to the upload resource its creation named'
     : 'this resource takes appends to its upload: Content-Type: application/partial-upload'),
   /** The upload's Repr-Digest is the creation's, known before any of its content (resumable.ts). */
+  uploadCompleted: () => general('the upload is complete: it takes no more content'),
+  uploadStateUnreadable: () => general('the upload cannot be resumed: the state stored with it does not read'),
   uploadReprTrailer: () => general('the Repr-Digest of an upload goes in the header section of its creation, ' +
     'not in a trailer section'),
   decodesPastLimit: (limit: number) =>

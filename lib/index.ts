@@ -9,7 +9,8 @@
 //                  (held-content.ts); at the end, digests compared (verdict.ts), then the end
 //                  delivered or the stream failed with the problem
 //   preValidation  awaitPartialReaders: a parser that read part of the content waits for the verdict
-//   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the problem
+//   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the problem;
+//                  every such wait is bounded by the route's stallTimeout (content-wait.ts)
 //   problems       rendered by problems.ts from findings, sent by answer.ts, whichever hook found them
 //   responses      Unencoded-Digest found as the route's first onSend, before a coding is added; Want-*
 //                  fields answered, digests sent and signed as its last (response-digests.ts,
@@ -233,7 +234,10 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       done()
       return
     }
-    verifier.whenSettled(done, true)
+    // A request whose client left is answered by nobody.
+    verifier.whenSettled((failure) => {
+      if (failure === null || failure instanceof DigestProblem) done(failure ?? undefined)
+    }, 'all')
   })
 
   // Before a reply leaves: a reader can end on its own framing before the content ends (a multipart
@@ -243,18 +247,22 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
     const verifier = request[kPendingContent]
     // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
-    if (reply.statusCode >= 400 || verifier == null || verifier.settled) {
+    if (reply.statusCode >= 400 || verifier == null) {
       discardUncommitted(request, payload, done)
       return
     }
-    verifier.whenSettled((problem) => {
-      if (problem === undefined) {
+    const answer = (failure: Error | null): void => {
+      if (failure === null) {
         discardUncommitted(request, payload, done)
-        return
+      } else if (failure instanceof DigestProblem) {
+        // Also when the handler caught the problem from digestVerdict() and replied anyway.
+        reply.removeHeader('content-length')
+        discardUncommitted(request, answerWith(failure, request, reply), done)
       }
-      reply.removeHeader('content-length')
-      discardUncommitted(request, answerWith(problem, request, reply), done)
-    }, false)
+      // A request whose client left, or that was ended for standing still, is answered by nobody.
+    }
+    if (verifier.settled) answer(verifier.failure)
+    else verifier.whenSettled(answer, 'paused')
   })
 }
 

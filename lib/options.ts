@@ -36,6 +36,8 @@ export interface Settings {
   readonly signer: IntegritySigner | null
   /** The route takes resumable uploads: a running digest is carried between requests. */
   readonly resumable: ResumableSettings | null
+  /** How long a wait of the plugin's for the content lets it stand still (content-wait.ts). */
+  readonly stallTimeout: number
 }
 
 const defaultAlgorithms = ['sha-256', 'sha-512'] as const
@@ -46,11 +48,13 @@ export const responseFields: readonly ResponseDigestField[] = ['content-digest',
 const logLevels: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
 const routeKeys = [
   'algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests',
-  'integritySignatures'
+  'integritySignatures', 'stallTimeout'
 ]
 const pluginKeys = [...routeKeys, 'problemTypesBase', 'fileDigests']
 // What only a route can say: where the state of its uploads is.
 const routeOnlyKeys = [...routeKeys, 'resumable']
+// Long enough for a writer that stops for a busy disk, short enough that a client is not kept waiting.
+export const defaultStallTimeout = 10_000
 const fileDigestDefaults: FileDigestLimits = { hashBeforeSending: 4 * 1024 * 1024, maxEntries: 10_000 }
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
@@ -132,7 +136,8 @@ Settings {
     problemLogLevel = inherited?.problemLogLevel ?? 'info',
     responseDigests = inherited?.responseDigests ?? [],
     integritySignatures,
-    resumable
+    resumable,
+    stallTimeout = inherited?.stallTimeout ?? defaultStallTimeout
   } = options
   checkOneOf(where, 'disclosure', disclosures, disclosure)
   checkOneOf(where, 'problemTypes', shapes, problemTypes)
@@ -149,7 +154,8 @@ Settings {
     signer: integritySignatures === undefined
       ? inherited?.signer ?? null
       : integritySignatures === false ? null : integritySigner(where, integritySignatures),
-    resumable: resumable === undefined ? null : resumableSettings(where, resumable)
+    resumable: resumable === undefined ? null : resumableSettings(where, resumable),
+    stallTimeout: checkTimeout(where, 'stallTimeout', stallTimeout)
   }
   if (algorithms === undefined && inherited !== undefined) return { ...inherited, ...common }
   const normalized = normalizeAlgorithms(where, algorithms ?? defaultAlgorithms)
@@ -188,6 +194,14 @@ export function checkResponseFields (where: string, name: string, fields: unknow
 function checkSize (where: string, name: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
     fail(where, `${name} must be a whole number, got ${show(value)}`)
+  }
+  return value
+}
+
+function checkTimeout (where: string, name: string, value: unknown): number {
+  // setInterval() takes at most 2^31 - 1 ms.
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > 2 ** 31 - 1) {
+    fail(where, `${name} must be a whole number of milliseconds from 1 to 2147483647, got ${show(value)}`)
   }
   return value
 }

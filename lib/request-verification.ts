@@ -6,10 +6,11 @@ import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
 import { refusals, type Finding } from './findings.js'
 import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from './framing.js'
-import type { Settings } from './options.js'
+import { defaultStallTimeout, type Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
-import { failSource, hasIntegrityTrailer, readToEnd } from './source.js'
+import { failSource, hasIntegrityTrailer, type Source } from './source.js'
+import { ContentWait, type Release, type Waiter } from './content-wait.js'
 import { kTrailerWatch } from './symbols.js'
 import { compareDigests } from './verdict.js'
 import { SourceVerifier, type PendingContent } from './verifier.js'
@@ -133,10 +134,12 @@ type WatchedSource = Readable & {
   trailers?: Record<string, string | undefined>
 }
 
-// Only the end is looked at: chunks pass straight on.
+// Only the end is looked at: chunks pass straight on, noted for a wait that may watch them.
 function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boolean {
-  if (chunk !== null) return Object.getPrototypeOf(this).push.call(this, chunk)
-  return (this[kTrailerWatch] as TrailerWatch).end(this)
+  const watch = this[kTrailerWatch] as TrailerWatch
+  if (chunk === null) return watch.end(this)
+  if (watch.wait !== null) watch.wait.moved = true
+  return Object.getPrototypeOf(this).push.call(this, chunk)
 }
 
 /**
@@ -148,7 +151,8 @@ function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boole
  */
 export class TrailerWatch implements PendingContent {
   settled = false
-  #whenSettled: ((problem?: DigestProblem) => void) | null = null
+  failure: DigestProblem | null = null
+  wait: ContentWait | null = null
 
   constructor (
     readonly request: FastifyRequest,
@@ -156,9 +160,11 @@ export class TrailerWatch implements PendingContent {
     readonly settingsOf: (request: FastifyRequest) => Settings | null
   ) {}
 
-  whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
-    this.#whenSettled = callback
-    readToEnd(this.request.raw, takeOver)
+  whenSettled (waiter: Waiter, release: Release): void {
+    // A route with config.digest: false has no settings of its own: the wait takes the default.
+    const timeout = this.settingsOf(this.request)?.stallTimeout ?? defaultStallTimeout
+    this.wait ??= new ContentWait(this.request.raw as unknown as Source, timeout)
+    this.wait.add(waiter, release)
   }
 
   /** Gives the request back, for a later registration's hook to judge with its own settings. */
@@ -171,18 +177,16 @@ export class TrailerWatch implements PendingContent {
   end (source: WatchedSource): boolean {
     this.settled = true
     this.detach()
-    const whenSettled = this.#whenSettled
-    this.#whenSettled = null
     const settings = hasIntegrityTrailer(source.trailers) ? this.settingsOf(this.request) : null
     if (settings === null) {
       const more = source.push(null)
-      whenSettled?.()
+      this.wait?.settle(null)
       return more
     }
     const problem: DigestProblem = problemFor(settings, [refusals.unannouncedTrailer()])
+    this.failure = problem
     const heard = failSource(source, problem)
-    if (whenSettled !== null) whenSettled(problem)
-    else answerUnheard(problem, heard, this.request, this.reply)
+    if (this.wait?.settle(problem) !== true) answerUnheard(problem, heard, this.request, this.reply)
     return false
   }
 }

@@ -6,12 +6,11 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
-import { createMD5, createSHA1, createSHA256, createSHA512, type IHasher } from 'hash-wasm'
 import { parseItem } from 'structured-headers'
 import type { DigestAlgorithm, ResumableUpload } from './types.js'
-import { distinct, lookupAlgorithm, type Algorithm } from './algorithms.js'
-import { invalidOption, problemCodes } from './errors.js'
-import { judgeFields, type Expectation } from './fields.js'
+import { distinct, type Algorithm } from './algorithms.js'
+import { problemCodes } from './errors.js'
+import { judgeFields } from './fields.js'
 import { refusals, type Finding } from './findings.js'
 import type { Settings } from './options.js'
 import type { Members } from './dictionary.js'
@@ -19,6 +18,8 @@ import { chosen, preferencesOf } from './preferences.js'
 import { DigestProblem, problemFor } from './problems.js'
 import { mismatchingUploadOffsetSchema } from './schemas.js'
 import { compareDigests } from './verdict.js'
+import { digestOfState, initialState, prepareHasher, updateState } from './hash-states.js'
+import { readState, writeState, type UploadState } from './upload-state.js'
 
 /**
  * What a route's `config.digest.resumable` says: whether it creates uploads, and, on an upload
@@ -29,80 +30,7 @@ export interface ResumableSettings {
   readonly loadState: ((request: FastifyRequest) => unknown) | null
 }
 
-// Node's hashes cannot be saved and restored; hash-wasm's can, and were the fastest that can
-// (docs/resumable-uploads.md has the measurements).
-const hashers: Readonly<Record<DigestAlgorithm, () => Promise<IHasher>>> = {
-  'sha-256': createSHA256,
-  'sha-512': createSHA512,
-  md5: createMD5,
-  sha: createSHA1
-}
-
-// A hasher is a WebAssembly instance, which costs more to set up than a small append costs to hash:
-// each is used again once its request's digests are taken, and at most `maxIdle` of an algorithm
-// wait for the next request.
-const idle = new Map<DigestAlgorithm, IHasher[]>()
-const maxIdle = 64
-
-async function hasherFor (key: DigestAlgorithm): Promise<IHasher> {
-  return idle.get(key)?.pop() ?? await hashers[key]()
-}
-
-function putBack (key: DigestAlgorithm, hasher: IHasher): void {
-  const waiting = idle.get(key) ?? []
-  if (waiting.length < maxIdle) waiting.push(hasher)
-  idle.set(key, waiting)
-}
-
-/** The state the application stores, as JSON: version 1. */
-interface StoredState {
-  readonly v: 1
-  /** The bytes of the upload the running digest covers. */
-  readonly offset: number
-  /** The creation's Repr-Digest, compared when the upload completes: base64 by algorithm key. */
-  readonly expected: Readonly<Partial<Record<DigestAlgorithm, string>>>
-  /** The algorithms the creation's Want-Repr-Digest chose, sent on later responses. */
-  readonly want: readonly DigestAlgorithm[]
-  /** The running hashes, as hash-wasm saved them: base64 by algorithm key. */
-  readonly hashes: Readonly<Partial<Record<DigestAlgorithm, string>>>
-}
-
 const integer = /^[ ]*[0-9]+(?![0-9.])/
-
-function broken (where: string): never {
-  throw invalidOption('config.digest.resumable.loadState', `the stored state ${where}`)
-}
-
-function algorithmRecord (value: unknown, name: string): Array<[Algorithm, Buffer]> {
-  if (typeof value !== 'object' || value === null) broken(`has no ${name}`)
-  return Object.entries(value).map(([key, text]) => {
-    const algorithm = lookupAlgorithm(key)
-    if (algorithm === undefined || typeof text !== 'string') broken(`has a bad ${name} entry ${JSON.stringify(key)}`)
-    return [algorithm, Buffer.from(text, 'base64')]
-  })
-}
-
-/** Reads a state the application stored, saying where it broke. */
-function parseState (stored: unknown): { offset: number, expected: Expectation[], want: Algorithm[], hashes: Array<[Algorithm, Buffer]> } {
-  if (typeof stored !== 'string') broken('is not a string')
-  let state: Partial<StoredState>
-  try {
-    state = JSON.parse(stored) as Partial<StoredState>
-  } catch {
-    return broken('is not JSON')
-  }
-  if (state?.v !== 1) broken('is not of version 1')
-  const { offset, want } = state
-  if (typeof offset !== 'number' || !Number.isSafeInteger(offset) || offset < 0) broken('has no offset')
-  if (!Array.isArray(want)) broken('has no want list')
-  return {
-    offset,
-    expected: algorithmRecord(state.expected, 'expected')
-      .map(([algorithm, value]) => ({ field: 'repr-digest', header: 'Repr-Digest', algorithm, value })),
-    want: want.map((key) => lookupAlgorithm(String(key)) ?? broken(`wants an unknown algorithm ${JSON.stringify(key)}`)),
-    hashes: algorithmRecord(state.hashes, 'hashes')
-  }
-}
 
 /** An Item field's value (RFC 9651), or null when absent or not an Item, which the draft ignores. */
 function itemOf (value: string | string[] | undefined): unknown {
@@ -146,58 +74,59 @@ function mismatchingOffset (settings: Settings, expected: number, provided: numb
   return problem
 }
 
+interface Ended { readonly digests: Map<Algorithm, Buffer>, readonly state: string }
+
+/**
+ * The answer to an append whose stored state does not read: the upload cannot go on. The client
+ * is told no more; the log says where the state broke, at the level of a fault of the server's.
+ */
+function unreadableState (settings: Settings, where: string): DigestProblem {
+  const problem = problemFor(settings, [refusals.uploadStateUnreadable()])
+  problem.logMessage = `${problem.logMessage}: the state loadState gave ${where}`
+  problem.logLevel = 'error'
+  return problem
+}
+
 /**
  * An upload creation or append on a resumable route: its running digest, continued from the state
  * the application stored, and what the request says of the upload.
  */
 export class RunningUpload implements ResumableUpload {
-  readonly #start: number
-  readonly #algorithms: readonly Algorithm[]
-  #hashers: readonly IHasher[]
-  readonly #expected: readonly Expectation[]
-  readonly #want: readonly Algorithm[]
+  readonly #started: UploadState
+  readonly #hashes: Uint8Array[]
   #received = 0
-  #state: string
-  #digests: Map<Algorithm, Buffer> | null = null
+  // What this request's content makes of the upload, once it is complete; stored once verified.
+  #ended: Ended | null = null
   #accepted = false
   /** The comparison of the whole upload failed: the upload is over. */
   failed = false
 
-  constructor (
-    readonly creation: boolean,
-    readonly complete: boolean,
-    offset: number,
-    algorithms: readonly Algorithm[],
-    running: readonly IHasher[],
-    expected: readonly Expectation[],
-    want: readonly Algorithm[]
-  ) {
-    this.#start = offset
-    this.#algorithms = algorithms
-    this.#hashers = running
-    this.#expected = expected
-    this.#want = want
-    this.#state = this.#serialize(offset, running.map((hasher) => hasher.save()))
+  constructor (readonly creation: boolean, readonly complete: boolean, started: UploadState) {
+    this.#started = started
+    this.#hashes = [...started.hashes]
   }
 
   get offset (): number {
-    return this.#start
+    return this.#started.offset
   }
 
   /** Whether a Repr-Digest of the whole upload is compared when it completes. */
   get checked (): boolean {
-    return this.#expected.length > 0
+    return this.#started.expected.length > 0
   }
 
   update (bytes: Buffer): void {
     this.#received += bytes.length
-    for (const hasher of this.#hashers) hasher.update(bytes)
+    const { algorithms } = this.#started
+    for (let i = 0; i < algorithms.length; i++) {
+      this.#hashes[i] = updateState((algorithms[i] as Algorithm).key, this.#hashes[i] as Uint8Array, bytes)
+    }
   }
 
   /** The mismatches of the whole upload's digest, when this request completes it; else null. */
   findings (): Finding[] | null {
-    if (!this.complete || this.#expected.length === 0) return null
-    const verdict = compareDigests(this.#expected, { received: this.#finish(), unencoded: null })
+    if (!this.complete || !this.checked) return null
+    const verdict = compareDigests(this.#started.expected, { received: this.#end().digests, unencoded: null })
     if (!Array.isArray(verdict)) return null
     this.failed = true
     return verdict
@@ -205,70 +134,36 @@ export class RunningUpload implements ResumableUpload {
 
   /** The content was verified: the stored state now covers it too. */
   accept (): void {
-    this.#finish()
+    this.#end()
     this.#accepted = true
   }
 
+  /** Once the content is verified, the state after it; before, or after a failure or an abort, the one it started from. */
   state (): string {
-    return this.#state
+    return this.#accepted ? this.#end().state : writeState(this.#started)
   }
 
   digests (): Partial<Record<DigestAlgorithm, Buffer>> {
     if (!this.#accepted) return {}
-    return Object.fromEntries([...this.#finish()].map(([algorithm, digest]) => [algorithm.key, digest]))
+    return Object.fromEntries([...this.#end().digests].map(([algorithm, digest]) => [algorithm.key, digest]))
   }
 
   /** The algorithms a response to this request may send the upload's Repr-Digest with, by the creation's want. */
   get want (): readonly Algorithm[] {
-    return this.#want
+    return this.#started.want
   }
 
-  /**
-   * Digests and state of everything received, taken once the content is complete; the hashers then
-   * go back for other requests, and nothing more reaches them.
-   */
-  #finish (): Map<Algorithm, Buffer> {
-    if (this.#digests !== null) return this.#digests
-    const saved = this.#hashers.map((hasher) => hasher.save())
-    this.#digests = new Map(this.#hashers.map((hasher, i) => {
-      const algorithm = this.#algorithms[i] as Algorithm
-      const digest = Buffer.from(hasher.digest('binary'))
-      putBack(algorithm.key, hasher)
-      return [algorithm, digest]
-    }))
-    this.#hashers = []
-    this.#state = this.#serialize(this.#start + this.#received, saved)
-    return this.#digests
+  /** Digests and state of everything received, taken once the content is complete. */
+  #end (): Ended {
+    if (this.#ended !== null) return this.#ended
+    const { algorithms } = this.#started
+    const hashes = this.#hashes
+    this.#ended = {
+      digests: new Map(algorithms.map((algorithm, i) => [algorithm, digestOfState(algorithm.key, hashes[i] as Uint8Array)])),
+      state: writeState({ ...this.#started, offset: this.offset + this.#received, complete: this.complete, hashes })
+    }
+    return this.#ended
   }
-
-  #serialize (offset: number, saved: readonly Uint8Array[]): string {
-    const base64 = (bytes: Uint8Array): string => Buffer.from(bytes).toString('base64')
-    const state: StoredState = {
-      v: 1,
-      offset,
-      expected: Object.fromEntries(this.#expected.map(({ algorithm, value }) => [algorithm.key, base64(value)])),
-      want: this.#want.map(({ key }) => key),
-      hashes: Object.fromEntries(this.#algorithms.map(({ key }, i) => [key, base64(saved[i] as Uint8Array)]))
-    }
-    return JSON.stringify(state)
-  }
-}
-
-async function running (algorithms: readonly Algorithm[], states: ReadonlyArray<Buffer | null>): Promise<IHasher[]> {
-  const made = await Promise.all(algorithms.map(async ({ key }) => await hasherFor(key)))
-  made.forEach((hasher, i) => {
-    const state = states[i]
-    if (state == null) {
-      hasher.init()
-      return
-    }
-    try {
-      hasher.load(state)
-    } catch (error) {
-      broken(`does not load: ${(error as Error).message}`)
-    }
-  })
-  return made
 }
 
 /**
@@ -291,19 +186,21 @@ Promise<RunningUpload | DigestProblem | null> {
     if (findings.length > 0) return null
     const expected = expectations.filter(({ field }) => field === 'repr-digest')
     const wanted = preferencesOf(headers['want-repr-digest'])
-    const want = wanted === null ? null : chosen(settings, wanted, () => true)
-    const algorithms = distinct([...expected.map(({ algorithm }) => algorithm), ...(want === null ? [] : [want])])
-    const hashes = await running(algorithms, algorithms.map(() => null))
-    return new RunningUpload(true, complete, 0, algorithms, hashes, expected, want === null ? [] : [want])
+    const want = wanted === null ? [] : [chosen(settings, wanted, () => true)].filter((one) => one !== null)
+    const algorithms = distinct([...expected.map(({ algorithm }) => algorithm), ...want])
+    await Promise.all(algorithms.map(async ({ key }) => await prepareHasher(key)))
+    const hashes = algorithms.map(({ key }) => initialState(key))
+    return new RunningUpload(true, complete, { offset: 0, complete: false, expected, want, algorithms, hashes })
   }
   const stored = await (resumable.loadState as (request: FastifyRequest) => unknown)(request)
   if (stored == null) return null
-  const state = parseState(stored)
+  const state = readState(stored)
+  if (typeof state === 'string') return unreadableState(settings, state)
+  if (state.complete) return problemFor(settings, [refusals.uploadCompleted()])
   const provided = offsetOf(headers['upload-offset'])
   if (provided !== state.offset) return mismatchingOffset(settings, state.offset, provided)
-  const algorithms = state.hashes.map(([algorithm]) => algorithm)
-  const hashes = await running(algorithms, state.hashes.map(([, saved]) => saved))
-  return new RunningUpload(false, complete, state.offset, algorithms, hashes, state.expected, state.want)
+  await Promise.all(state.algorithms.map(async ({ key }) => await prepareHasher(key)))
+  return new RunningUpload(false, complete, state)
 }
 
 /** Upload-Complete on the plugin's problem answering a creation or append (draft section "Upload Append"). */

@@ -9,7 +9,7 @@
  * - `_read(size)`: a reader asking for more resumes the connection (HTTP/1 readStart, HTTP/2
  *   resumeStream, light-my-request's payload); replaced while a decoder's input is full.
  * - `_readableState.buffer`, `.bufferIndex`, `.ended`: what was buffered before the plugin's hook
- *   ran; `.pipes`: whether a paused stream is a pipe's backpressure.
+ *   ran; `.pipes`: the pipes a wait for the content cuts off when they stall (content-wait.ts).
  * - `_destroy`: replaced at a failure, so that destroying keeps the connection (Node's own would
  *   close it) and emits 'error' only where someone listens.
  * - light-my-request's `_lightMyRequest` marker: its request ignores a destroy once its payload is
@@ -22,10 +22,8 @@ import { integrityFields } from './fields.js'
 
 export type Source = Readable & {
   trailers?: IncomingHttpHeaders
-  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean, pipes: unknown[] }
+  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean, pipes: NodeJS.WritableStream[] }
 }
-
-function discard (): void {}
 
 function refuseEnd (): boolean {
   return false
@@ -53,23 +51,6 @@ export function failSource (source: Readable, problem: Error): boolean {
   source._destroy = destroyQuietly
   Readable.prototype.destroy.call(source, problem)
   return heard
-}
-
-/**
- * Makes a request's content flow to its end, as Node dumps a request nobody reads. Readers that
- * stopped are let go when `takeOver` says so, and when they hold the stream paused without a pipe
- * (a pipe paused by backpressure resumes by itself): a paused reader or a 'readable' listener
- * would otherwise hold the end, and the verdict, back for ever.
- */
-export function readToEnd (source: Readable, takeOver: boolean): void {
-  if (takeOver || (source.readableFlowing === false && (source as Source)._readableState.pipes.length === 0)) {
-    source.removeAllListeners('readable')
-    source.removeAllListeners('data')
-  }
-  if (source.listenerCount('data') + source.listenerCount('readable') === 0) {
-    source.on('data', discard)
-    source.resume()
-  }
 }
 
 /** Whether a trailer section carries an integrity field. */

@@ -61,6 +61,13 @@ export interface DigestRouteOptions {
    * signature over it with `tag="ed25519-integrity"`. `false` turns a plugin-level key off.
    */
   integritySignatures?: IntegritySignatures | false
+  /**
+   * How long, in milliseconds, a wait of the plugin's for the rest of the content (a success reply
+   * held for its verdict, `digestVerdict()`, `commit()`) lets it stand still: then a reader that
+   * holds it is cut off with an error and the plugin reads the rest, or, when the client sends
+   * nothing, the request is ended and its connection closed. Default 10,000.
+   */
+  stallTimeout?: number
 }
 
 /** What only a route can set under `config.digest`. */

@@ -12,18 +12,22 @@ import type { UnencodedHasher } from './unencoded.js'
 import type { RunningUpload } from './resumable.js'
 import { ContentHashes } from './content-hashes.js'
 import { HeldContent } from './held-content.js'
-import { failSource, readToEnd, type Source } from './source.js'
+import { failSource, type Source } from './source.js'
+import { aborted, ContentWait, type Release, type Waiter } from './content-wait.js'
 import { kSourceVerifier } from './symbols.js'
 import { judgeContent } from './verdict.js'
 
-/** Content whose verdict may still be pending when a later hook or the reply needs it. */
+/** Content whose verdict may still be pending when a later hook, the handler or the reply needs it. */
 export interface PendingContent {
+  /** Whether the content concluded: verified, failed or cut short. */
   readonly settled: boolean
+  /** Why the content failed (its DigestProblem) or was cut short, once it concluded; else null. */
+  readonly failure: Error | null
   /**
-   * Calls `callback` once the content is verified, with the problem if it is not; the rest of the
-   * content is read to its end (see readToEnd), letting its readers go with `takeOver`.
+   * Tells `waiter` once the content concluded; the rest is read to its end by its readers, or by
+   * the plugin (ContentWait), which lets readers go as `release` says.
    */
-  whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void
+  whenSettled (waiter: Waiter, release: Release): void
 }
 
 /** What the verifier needs to know about a request, and what it tells the plugin. */
@@ -78,13 +82,15 @@ function readThroughVerifier (this: VerifiedSource, size: number): void {
  */
 export class SourceVerifier implements PendingContent {
   settled = false
+  failure: Error | null = null
   readonly #source: VerifiedSource
   readonly #push: (chunk: Buffer | null) => boolean
   readonly #read: (size: number) => void
   readonly #verification: Verification
   readonly #hashes: ContentHashes
   readonly #held: HeldContent
-  #whenSettled: ((problem?: DigestProblem) => void) | null = null
+  // Made when something waits for the verdict: most requests never need one.
+  #wait: ContentWait | null = null
   #ending = false
   // What the held content hands on goes to the stream's own push(): one function a request.
   readonly #deliver = (chunk: Buffer): boolean => this.#push.call(this.#source, chunk)
@@ -123,9 +129,9 @@ export class SourceVerifier implements PendingContent {
     })
   }
 
-  whenSettled (callback: (problem?: DigestProblem) => void, takeOver: boolean): void {
-    this.#whenSettled = callback
-    readToEnd(this.#source, takeOver)
+  whenSettled (waiter: Waiter, release: Release): void {
+    this.#wait ??= new ContentWait(this.#source, this.#verification.settings.stallTimeout)
+    this.#wait.add(waiter, release)
   }
 
   receive (chunk: Buffer | string | null): boolean {
@@ -141,6 +147,7 @@ export class SourceVerifier implements PendingContent {
     }
     // light-my-request pushes a string payload as it was given.
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+    if (this.#wait !== null) this.#wait.moved = true
     this.#hashes.add(bytes)
     // A push that hands nothing on still ends the stream's read, so that it asks for more. A full
     // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
@@ -154,7 +161,6 @@ export class SourceVerifier implements PendingContent {
    * was told what was verified. Synchronous unless a content coding has to be removed.
    */
   judge (callback: (problem: DigestProblem | null) => void): void {
-    this.settled = true
     judgeContent(this.#verification, this.#hashes.digests(), this.#source, this.#held, callback)
   }
 
@@ -170,7 +176,10 @@ export class SourceVerifier implements PendingContent {
   /** Gives readers of content cut short the error of an aborted HTTP/1.1 request; nothing is judged. */
   abort (): void {
     this.#restore()
-    failSource(this.#source, Object.assign(new Error('aborted'), { code: 'ECONNRESET' }))
+    const error = aborted()
+    this.#settle(error)
+    failSource(this.#source, error)
+    this.#wait?.settle(error)
   }
 
   #restore (): void {
@@ -180,20 +189,23 @@ export class SourceVerifier implements PendingContent {
     source[kSourceVerifier] = undefined
   }
 
+  #settle (failure: Error | null): void {
+    this.settled = true
+    this.failure = failure
+  }
+
   #conclude (problem: DigestProblem | null): void {
     const source = this.#source
     this.#restore()
     const held = this.#held.release()
-    const whenSettled = this.#whenSettled
-    this.#whenSettled = null
+    this.#settle(problem)
     if (problem !== null) {
       const heard = failSource(source, problem)
-      if (whenSettled !== null) whenSettled(problem)
-      else this.#verification.failed(problem, heard)
+      if (this.#wait?.settle(problem) !== true) this.#verification.failed(problem, heard)
       return
     }
     for (const chunk of held) this.#push.call(source, chunk)
     this.#push.call(source, null)
-    whenSettled?.()
+    this.#wait?.settle(null)
   }
 }

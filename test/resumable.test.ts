@@ -31,9 +31,11 @@ interface Seen {
  * (`stored`), as an application would keep it. The handlers read the whole content and then report
  * what the plugin said.
  */
-async function build (t: Tap, options: { http2?: boolean, route?: object, plugin?: object } = {}):
+async function build (t: Tap, options: { http2?: boolean, route?: object, plugin?: object, logs?: string[] } = {}):
 Promise<{ app: FastifyInstance, store: { state: unknown }, seen: Seen[] }> {
-  const app = Fastify({ http2: options.http2 === true } as object) as unknown as FastifyInstance
+  const logs = options.logs
+  const logger = logs === undefined ? false : { level: 'error', stream: { write: (line: string) => logs.push(line) } }
+  const app = Fastify({ http2: options.http2 === true, logger } as object) as unknown as FastifyInstance
   t.teardown(async () => await app.close())
   await app.register(fastifyDigestFields, { algorithms: ['sha-256', 'sha-512', 'md5', 'sha'], ...options.plugin })
   app.removeAllContentTypeParsers()
@@ -212,8 +214,9 @@ t.test('Want-Repr-Digest: the upload\'s digest so far on answers without content
   t.equal(offsetOf(stored), 9)
 })
 
-t.test('loadState: an unknown upload is left to the application; a broken state is an error saying where', async (t) => {
-  const { app, seen, store } = await build(t)
+t.test('loadState: an unknown upload is left to the application; a broken state is refused, and the log says where', async (t) => {
+  const logs: string[] = []
+  const { app, seen, store } = await build(t, { logs })
   const append = { ...partial, 'upload-complete': '?1', 'upload-offset': '0' }
   const unknown = await app.inject({ method: 'PATCH', url: '/', headers: { ...append, 'repr-digest': member('sha-256', 'other') }, payload: 'abc' })
   t.equal(unknown.statusCode, 200)
@@ -225,19 +228,24 @@ t.test('loadState: an unknown upload is left to the application; a broken state 
     ['null', /is not of version 1/],
     [JSON.stringify({ v: 2 }), /is not of version 1/],
     [JSON.stringify({ v: 1, offset: -1 }), /has no offset/],
+    [JSON.stringify({ v: 1, offset: 0, complete: false }), /has a bad completion mark/],
     [JSON.stringify({ v: 1, offset: 0 }), /has no want list/],
     [JSON.stringify({ v: 1, offset: 0, want: [] }), /has no expected/],
-    [JSON.stringify({ v: 1, offset: 0, want: [], expected: { crc32: 'AA==' }, hashes: {} }), /bad expected entry "crc32"/],
-    [JSON.stringify({ v: 1, offset: 0, want: [], expected: { 'sha-256': 1 }, hashes: {} }), /bad expected entry "sha-256"/],
+    [JSON.stringify({ v: 1, offset: 0, want: [], expected: { crc32: 'AA==' }, hashes: {} }), /has an unknown algorithm "crc32" in expected/],
+    [JSON.stringify({ v: 1, offset: 0, want: [], expected: { 'sha-256': 1 }, hashes: {} }), /has expected sha-256 that is not base64/],
+    [JSON.stringify({ v: 1, offset: 0, want: [], expected: { 'sha-256': 'AAAA' }, hashes: {} }), /has expected sha-256 that is 3 bytes, not 32/],
     [JSON.stringify({ v: 1, offset: 0, want: ['crc32'], expected: {}, hashes: {} }), /wants an unknown algorithm "crc32"/],
-    [JSON.stringify({ v: 1, offset: 0, want: [], expected: {}, hashes: { 'sha-256': 'AAAA' } }), /does not load: Bad state length/]
+    [JSON.stringify({ v: 1, offset: 0, want: ['sha-512'], expected: {}, hashes: {} }), /has no running hash for sha-512/],
+    [JSON.stringify({ v: 1, offset: 0, want: [], expected: {}, hashes: { 'sha-256': 'AAAA' } }), /has hashes sha-256 that is 3 bytes, not 116/]
   ]
   for (const [state, message] of cases) {
     store.state = state
+    logs.length = 0
     const response = await app.inject({ method: 'PATCH', url: '/', headers: append, payload: 'abc' })
-    t.equal(response.statusCode, 500, String(state))
-    t.match(response.json().message, message)
-    t.match(response.json().message, /^fastify-digest-fields: config\.digest\.resumable\.loadState: the stored state /)
+    t.equal(response.statusCode, 400, String(state))
+    t.same(response.json(), { type: 'about:blank', title: 'Bad Request', detail: 'the upload cannot be resumed: the state stored with it does not read' })
+    t.equal(logs.length, 1, 'one line, at the level of a fault of the server\'s')
+    t.match(JSON.parse(logs[0] as string).msg, message)
   }
   store.state = valid
   t.equal((await app.inject({ method: 'PATCH', url: '/', headers: append, payload: '' })).statusCode, 200, 'a state without digests')
