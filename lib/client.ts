@@ -34,6 +34,11 @@ export interface DigestInterceptorOptions {
   onRetry?: (retry: DigestRetry) => void | Promise<void>
   /** The most bytes of a streamed body (fetch sends every body as one) read into memory to digest it. Default 1 MiB. */
   maxBufferedBody?: number
+  /**
+   * The most bytes a coded response body is decoded to, at any stage, to check its
+   * Unencoded-Digest; past it the field is not checked, as one the client cannot compute. Default 16 MiB.
+   */
+  maxDecodedBody?: number
 }
 
 type Body = NonNullable<Dispatcher.DispatchOptions['body']> | null
@@ -42,7 +47,9 @@ function check (condition: boolean, option: string, expected: string): void {
   if (!condition) throw invalidOption(`digestInterceptor: ${option}`, `expected ${expected}`)
 }
 
-const optionNames = ['algorithms', 'requestDigest', 'want', 'unverifiable', 'maxRetries', 'onRetry', 'maxBufferedBody']
+const optionNames = [
+  'algorithms', 'requestDigest', 'want', 'unverifiable', 'maxRetries', 'onRetry', 'maxBufferedBody', 'maxDecodedBody'
+]
 
 function clientSettings (options: DigestInterceptorOptions): ClientSettings {
   check(typeof options === 'object' && options !== null, 'options', 'an object')
@@ -54,7 +61,9 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
     unverifiable = 'ignore',
     maxRetries = 1,
     onRetry = null,
-    maxBufferedBody = 1024 * 1024
+    maxBufferedBody = 1024 * 1024,
+    // A small compressed body can decode to gigabytes: the check of one is bounded.
+    maxDecodedBody = 16 * 1024 * 1024
   } = options
   const known = (values: unknown, names: readonly string[]): boolean =>
     Array.isArray(values) && values.every((value) => names.includes(value))
@@ -68,6 +77,7 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
   check(Number.isInteger(maxRetries) && maxRetries >= 0 && maxRetries <= 10, 'maxRetries', 'an integer from 0 to 10')
   check(onRetry === null || typeof onRetry === 'function', 'onRetry', 'a function')
   check(Number.isSafeInteger(maxBufferedBody) && maxBufferedBody >= 0, 'maxBufferedBody', 'a number of bytes')
+  check(Number.isSafeInteger(maxDecodedBody) && maxDecodedBody >= 0, 'maxDecodedBody', 'a number of bytes')
   const preferred = [...new Set(algorithms)].map((key) => lookupAlgorithm(key) as Algorithm)
   const wanted = serializePreferences(new Map(preferred.map(({ key }, i) => [key, 10 - i])))
   return {
@@ -78,7 +88,8 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
     want: Object.fromEntries(want.map((field) => [`want-${field}`, wanted])),
     maxRetries,
     onRetry,
-    maxBufferedBody
+    maxBufferedBody,
+    maxDecodedBody
   }
 }
 

@@ -13,10 +13,14 @@ export interface FileRef {
 
 export type FileDigestValues = ReadonlyMap<Algorithm, Buffer>
 
-/** A file's digests, or null when they are to be found as it is sent, and then remembered. */
+/**
+ * A file's digests, or null when they are to be found as it is sent. Then `settle` says, once it was,
+ * whether the bytes sent were the version's (as many, and the file unchanged after), and remembers
+ * their digests if they were all of it: a response that sent anything else must not end as complete.
+ */
 export interface FileDigestsFound {
   readonly values: FileDigestValues | null
-  readonly remember: (values: FileDigestValues) => void
+  readonly settle: (values: FileDigestValues | null, sent: number) => Promise<boolean>
 }
 
 /** How the file digest cache is bounded, and which first responses wait for a file to be hashed. */
@@ -51,11 +55,10 @@ interface Entry {
   readonly settled: boolean
 }
 
-/** Whether a stream reads all of a file of `size` bytes (none does when there is no stream). */
-function readsWhole (stream: ReadStream | undefined, size: bigint): boolean {
-  if (stream === undefined) return true
-  const { start = 0, end = Infinity } = stream as ReadStream & { start?: number, end?: number }
-  return start === 0 && end >= Number(size) - 1
+/** How many bytes of a file of `size` bytes a stream reads (all of it when there is no stream). */
+function lengthRead (stream: ReadStream | undefined, size: bigint): number {
+  const { start = 0, end = Infinity } = (stream ?? {}) as { start?: number, end?: number }
+  return Math.max(0, Math.min(end, Number(size) - 1) - start + 1)
 }
 
 /** Waits for a stream to open its file: a failure to open, or a close before, is no file. */
@@ -117,31 +120,36 @@ export class FileDigests {
   /**
    * The digests of the file (with `codings` removed, in the order they were applied): from the
    * cache, or by hashing it now when it is small enough or `mustHash`. Otherwise `values` is null
-   * and `remember` keeps the digests of the file as it is sent whole. Null for a stream over part
-   * of the file, or a file that cannot be read or changed while it was hashed.
+   * (always for a stream over part of the file) and `settle` checks what was sent. Null for a file
+   * that cannot be read or changed while it was hashed.
    */
   async digests (file: FileRef, algorithms: readonly Algorithm[], codings: readonly string[], mustHash: boolean):
   Promise<FileDigestsFound | null> {
     const stats = await statsOf(file).catch(() => null)
     // Only a regular file with a size says what it holds: /proc files and devices report none.
-    if (stats === null || !stats.isFile() || stats.size === 0n || !readsWhole(file.stream, stats.size)) return null
+    if (stats === null || !stats.isFile() || stats.size === 0n) return null
     const version = `${versionOf(stats)}:${codings.join(',')}`
+    const length = lengthRead(file.stream, stats.size)
+    const whole = length === Number(stats.size)
     const since = BigInt(Date.now()) * 1_000_000n
+    // The same version after, or a file renamed over it (the stream read the one it opened); only
+    // the digests of the whole file are kept.
+    const settle = async (values: FileDigestValues | null, sent: number): Promise<boolean> => {
+      const after = await stat(file.path, { bigint: true }).catch(() => null)
+      const same = after !== null && versionOf(after) === versionOf(stats)
+      if (same && whole && values !== null && sent === length) this.#remember(version, values, settled(stats, since))
+      return sent === length && (same || (after !== null && after.ino !== stats.ino))
+    }
+    if (!whole) return { values: null, settle }
     const entry = this.#recall(version)
     // A response's own stream keeps what its first hook found, trusted or not: the same bytes.
     const sending = file.stream === undefined ? undefined : streamDigests.get(file.stream)
     const known = entry?.settled === true ? entry.values : sending?.version === version ? sending.values : undefined
     const missing = algorithms.filter((algorithm) => known?.has(algorithm) !== true)
-    // Kept only if the file was not changed while it was read: it has the same version after.
-    const remember = (values: FileDigestValues): void => {
-      stat(file.path, { bigint: true }).then((after) => {
-        if (versionOf(after) === versionOf(stats)) this.#remember(version, values, settled(stats, since))
-      }, () => {})
-    }
-    if (missing.length === 0) return { values: known as FileDigestValues, remember }
+    if (missing.length === 0) return { values: known as FileDigestValues, settle }
     // A version seen before, but too recent to be trusted then, is hashed again whatever its size.
     const large = stats.size > this.#limits.hashBeforeSending
-    if (!mustHash && entry === undefined && large) return { values: null, remember }
+    if (!mustHash && entry === undefined && large) return { values: null, settle }
     // Requests that arrive together for a version not known yet share one hash of it.
     const job = `${version}|${missing.map((algorithm) => algorithm.key).join()}`
     let hashing = this.#hashing.get(job)
@@ -155,7 +163,7 @@ export class FileDigests {
     const values = new Map([...(known ?? []), ...hashed])
     this.#remember(version, values, settled(stats, since))
     if (file.stream !== undefined) streamDigests.set(file.stream, { version, values })
-    return { values, remember }
+    return { values, settle }
   }
 
   /** Keeps a version's digests; unsettled ones only say that the version was seen. */

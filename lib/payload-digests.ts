@@ -2,10 +2,14 @@
 import type { FastifyRequest } from 'fastify'
 import { pipeline, Transform, type Readable } from 'node:stream'
 import type { Algorithm } from './algorithms.js'
-import type { FileDigests, FileRef } from './file-digests.js'
+import type { FileDigests, FileDigestsFound, FileRef } from './file-digests.js'
 import { digestsOf } from './unencoded.js'
 
 export type Values = ReadonlyMap<Algorithm, Buffer>
+
+function fileChanged (): Error {
+  return new Error('fastify-digest-fields: the file changed while it was sent, so the response is cut short')
+}
 
 /** Digests known before the content is sent (header section), or once it has been (trailer section). */
 export type Digests =
@@ -41,27 +45,31 @@ export async function digestsOfPayload (payload: unknown, codings: readonly stri
   const known = file === null ? null : await files.digests(file, algorithms, codings, mustHash)
   if (known?.values != null) return { now: known.values }
   if (!trails || typeof (payload as Readable | null)?.pipe !== 'function') return null
-  return hashWhileSending(payload as Readable, codings, algorithms, known?.remember ?? null)
+  return hashWhileSending(payload as Readable, codings, algorithms, known?.settle ?? null)
 }
 
 /**
  * Passes a streamed payload on while hashing it (its codings removed on the side, and waited for
- * rather than queued), never buffering it; the digests are there once it has ended.
+ * rather than queued), never buffering it; the digests are there once it has ended. A file that
+ * was not sent as the version it was (cut short or changed while it was read) fails the stream,
+ * so that the response does not end as complete, with digests of bytes that are no version.
  */
 function hashWhileSending (payload: Readable, codings: readonly string[], algorithms: readonly Algorithm[],
-  remember: ((values: Values) => void) | null): Digests {
+  settle: FileDigestsFound['settle'] | null): Digests {
   const digests = digestsOf(codings, algorithms)
   let values: Values | null = null
+  let sent = 0
   const hashing = new Transform({
     transform (chunk: Buffer, _encoding, callback) {
+      sent += chunk.length
       digests.write(chunk)
       digests.whenDrained(() => callback(null, chunk))
     },
     flush (callback) {
       digests.end((result) => {
         values = result
-        if (result !== null) remember?.(result)
-        callback()
+        if (settle === null) return callback()
+        settle(result, sent).then((whole) => callback(whole ? null : fileChanged()))
       })
     }
   })
