@@ -174,6 +174,8 @@ if (found.status !== 0) {
   if (process.env.CI === 'true') throw new Error(`Chromium is required in CI: ${found.error?.message ?? found.stderr}`)
   t.test('Chromium headless', { skip: `Chromium is not installed (${chromium}): apt-get install -y chromium` }, async () => {})
 } else {
+  // Three browsers started one after another: more than tap's 30 s on a busy 2-core machine.
+  t.setTimeout(180_000)
   t.comment(found.stdout.trim())
   browserTests()
 }
