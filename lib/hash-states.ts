@@ -126,7 +126,11 @@ export function stateFault (key: DigestAlgorithm, state: Uint8Array, offset: num
   const digestLength = layout.digestLength
   if (digestLength !== null && view.readUInt32LE(digestLength[0]) !== digestLength[1]) return 'has a bad digest length'
   if (layout.zero !== null && view.subarray(...layout.zero).some((byte) => byte !== 0)) return 'has bytes that are always zero set'
-  if (countOf(layout, state) !== offset) return `has not hashed the ${offset} bytes of its offset`
+  const count = countOf(layout, state)
+  if (count !== offset) return `has not hashed the ${offset} bytes of its offset`
+  // storedState() zeroes its block past the bytes hashed.
+  const filled = layout.blockAt + count % layout.block
+  if (view.subarray(filled, layout.blockAt + layout.block).some((byte) => byte !== 0)) return 'has bytes past those hashed set'
   return null
 }
 
@@ -136,6 +140,6 @@ export function stateFault (key: DigestAlgorithm, state: Uint8Array, offset: num
  */
 export function storedState (key: DigestAlgorithm, state: Uint8Array): Uint8Array {
   const layout = layouts[key]
-  const filled = (countOf(layout, state) as number) % layout.block
-  return Uint8Array.from(state).fill(0, layout.blockAt + filled, layout.blockAt + layout.block)
+  const filled = layout.blockAt + (countOf(layout, state) as number) % layout.block
+  return Uint8Array.from(state).fill(0, filled, layout.blockAt + layout.block)
 }
