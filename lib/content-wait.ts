@@ -50,7 +50,7 @@ export class ContentWait {
   readonly #source: Source
   readonly #timeout: number
   #waiters: Waiter[] = []
-  #timer: NodeJS.Timeout | null = null
+  #timer: NodeJS.Timeout | undefined
   // Readers were cut off: the stream ends for them with an error even once it verified.
   #cut: Error | null = null
   readonly #closed = (): void => { this.settle(aborted()) }
@@ -72,7 +72,7 @@ export class ContentWait {
     const paused = source.readableFlowing === false && source._readableState.pipes.length === 0
     if (release === 'all' || (release === 'paused' && paused)) letGo(source)
     flow(source)
-    if (this.#timer === null) {
+    if (this.#timer === undefined) {
       this.#timer = setInterval(() => this.#check(), this.#timeout).unref()
       // A client that leaves ends the wait: Node closes its request without an end.
       source.once('close', this.#closed)
@@ -91,9 +91,8 @@ export class ContentWait {
   }
 
   #stop (): void {
-    if (this.#timer === null) return
     clearInterval(this.#timer)
-    this.#timer = null
+    this.#timer = undefined
     this.#source.off('close', this.#closed)
   }
 

@@ -34,7 +34,11 @@ t.test('rejects bad options at registration with a message naming the bad value'
     [{ problemTypesBase: 'https://example.com/problems#x' }, /without a fragment/],
     [{ algorithm: ['sha-256'] }, /unknown option 'algorithm'/],
     [{ algorithms: [7] }, /unknown algorithm 7 /],
-    [{ strictAlgorithms: Symbol('yes') }, /strictAlgorithms must be true or false, got Symbol\(yes\)/]
+    [{ strictAlgorithms: Symbol('yes') }, /strictAlgorithms must be true or false, got Symbol\(yes\)/],
+    [{ stallTimeout: 0 }, /stallTimeout must be a whole number of milliseconds from 1 to 2147483647, got 0/],
+    [{ stallTimeout: 2 ** 31 }, /got 2147483648/],
+    [{ stallTimeout: 1.5 }, /got 1.5/],
+    [{ stallTimeout: '10s' }, /got '10s'/]
   ]
   for (const [options, message] of cases) {
     await t.rejects(register(options), message, JSON.stringify(options))
