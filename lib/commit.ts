@@ -68,7 +68,10 @@ export class VerifiedFiles implements VerifiedFilesApi {
     // is complete, and aborted.)
     const raw = request.raw as FastifyRequest['raw'] & { aborted?: boolean }
     raw.once('close', () => {
-      if (!raw.complete || raw.aborted === true) this.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
+      // Content that verified was complete, though the plugin may have closed its stream since.
+      const pending = (request as VerdictRequest)[kPendingContent]
+      const verified = pending?.settled === true && pending.failure === null
+      if (!verified && (!raw.complete || raw.aborted === true)) this.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
     })
   }
 
@@ -83,6 +86,9 @@ export class VerifiedFiles implements VerifiedFilesApi {
     this.#pending.push({ partial, destination, writer })
     const written = pipeline(content, writer)
     this.#writing.push(written.then(() => null, (error: unknown) => error))
+    // A save waits for the content like the plugin's own waits, within the same bound.
+    const pending = (this.#request as VerdictRequest)[kPendingContent]
+    if (pending?.settled === false) pending.whenSettled(null, 'stall')
     try {
       await written
     } catch (error) {
@@ -101,10 +107,12 @@ export class VerifiedFiles implements VerifiedFilesApi {
     this.#committing = true
     let verdict: VerifiedDigest | null
     try {
-      // Every save still writing is waited for: what is committed is all that was verified.
-      const failed = (await Promise.all(this.#writing)).find((error) => error !== null)
+      // Every save still writing is waited for, while the verdict bounds the wait: what is
+      // committed is all that was verified.
+      const [written, verified] = await Promise.all([Promise.all(this.#writing), digestVerdict(this.#request)])
+      const failed = written.find((error) => error !== null)
       if (failed !== undefined) throw failureOf(this.#request, failed)
-      verdict = await digestVerdict(this.#request)
+      verdict = verified
     } catch (error) {
       await this.discard()
       throw error

@@ -5,8 +5,8 @@
  * timeout is taken from readers that hold it, or its request ended when its client sends nothing.
  */
 import { Readable, type Writable } from 'node:stream'
-import { clientStalled, readerStalled } from './errors.js'
-import { failSource, type Source } from './source.js'
+import { clientStalled, contentTaken, readerStalled } from './errors.js'
+import type { Source } from './source.js'
 
 /** Told once the content is verified (null), failed (its problem), or cut short (the abort). */
 export type Waiter = (failure: Error | null) => void
@@ -19,12 +19,6 @@ export type Waiter = (failure: Error | null) => void
 export type Release = 'all' | 'paused' | 'stall'
 
 function discard (): void {}
-
-/** Lets every reader of the content go, without a word: for a reader that is known to be done. */
-function letGo (source: Readable): void {
-  source.removeAllListeners('readable')
-  source.removeAllListeners('data')
-}
 
 /** Makes content nobody reads flow to its end, as Node dumps a request nobody reads. */
 function flow (source: Readable): void {
@@ -43,35 +37,50 @@ export function aborted (): Error {
  * The waiters of one request's content, told by its owner (the SourceVerifier or TrailerWatch)
  * when it concludes. The owner sets `moved` for every chunk that arrives: a check every
  * `timeout` ms that finds none arrived since the last one sees the content stand still, for
- * between one and two timeouts.
+ * between one and two timeouts. A client that stopped sending is given up by the owner, which
+ * ends its request (`giveUp`).
  */
 export class ContentWait {
   moved = true
   readonly #source: Source
   readonly #timeout: number
+  readonly #giveUp: (error: Error) => void
   #waiters: Waiter[] = []
   #timer: NodeJS.Timeout | undefined
-  // Readers were cut off: the stream ends for them with an error even once it verified.
   #cut: Error | null = null
   readonly #closed = (): void => { this.settle(aborted()) }
 
-  constructor (source: Source, timeout: number) {
+  constructor (source: Source, timeout: number, giveUp: (error: Error) => void) {
     this.#source = source
     this.#timeout = timeout
+    this.#giveUp = giveUp
   }
 
-  /** Adds a waiter, and reads what nobody reads. */
-  add (waiter: Waiter, release: Release): void {
+  /**
+   * Why readers were let go before the end, if they were: the owner then ends the content for them
+   * with this error rather than an end that would look complete.
+   */
+  get cut (): Error | null {
+    return this.#cut
+  }
+
+  /**
+   * Adds a waiter, and reads what nobody reads; with no waiter, only bounds the wait of a reader
+   * (a save() of the content), leaving the content to its readers.
+   */
+  add (waiter: Waiter | null, release: Release): void {
     const source = this.#source
     // Its client left, or it was ended for standing still: it will never conclude.
     if (source.destroyed) {
-      waiter(source.errored ?? aborted())
+      waiter?.(source.errored ?? aborted())
       return
     }
-    this.#waiters.push(waiter)
-    const paused = source.readableFlowing === false && source._readableState.pipes.length === 0
-    if (release === 'all' || (release === 'paused' && paused)) letGo(source)
-    flow(source)
+    if (waiter !== null) {
+      this.#waiters.push(waiter)
+      const paused = source.readableFlowing === false && source._readableState.pipes.length === 0
+      if (release === 'all' || (release === 'paused' && paused)) this.#letGo(source, contentTaken())
+      flow(source)
+    }
     if (this.#timer === undefined) {
       this.#timer = setInterval(() => this.#check(), this.#timeout).unref()
       // A client that leaves ends the wait: Node closes its request without an end.
@@ -81,19 +90,13 @@ export class ContentWait {
 
   /** Tells every waiter how the content concluded; returns whether any waited. */
   settle (failure: Error | null): boolean {
-    this.#stop()
-    const waiters = this.#waiters
-    this.#waiters = []
-    // A reader cut off before the end sees an error, never an end that looks complete.
-    if (failure === null && this.#cut !== null) failSource(this.#source, this.#cut)
-    for (const waiter of waiters) waiter(failure)
-    return waiters.length > 0
-  }
-
-  #stop (): void {
     clearInterval(this.#timer)
     this.#timer = undefined
     this.#source.off('close', this.#closed)
+    const waiters = this.#waiters
+    this.#waiters = []
+    for (const waiter of waiters) waiter(failure)
+    return waiters.length > 0
   }
 
   #check (): void {
@@ -102,27 +105,28 @@ export class ContentWait {
       return
     }
     const source = this.#source
-    // Readers that stopped taking it hold what arrived (and the connection paused behind it).
+    // Readers that stopped taking it hold what arrived (and the connection paused behind it):
+    // a pipe's destination is destroyed with the error.
     if (source.readableLength > 0) {
-      this.#cutReaders(source)
+      const error = readerStalled(this.#timeout)
+      this.#cut ??= error
+      for (const destination of [...source._readableState.pipes] as Writable[]) {
+        source.unpipe(destination)
+        destination.destroy(error)
+      }
+      this.#letGo(source, error)
+      flow(source)
       return
     }
-    // Nothing arrived and nothing waits to be read: the client sends nothing. Its request is
-    // ended as Node ends one whose client left, which closes the connection.
-    const error = clientStalled(this.#timeout)
-    source.destroy(error)
-    this.settle(error)
+    // Nothing arrived and nothing waits to be read: the client sends nothing.
+    this.#giveUp(clientStalled(this.#timeout))
   }
 
-  /** Cuts off readers that hold the content: a pipe's destination is destroyed with the error. */
-  #cutReaders (source: Source): void {
-    const error = readerStalled(this.#timeout)
-    this.#cut = error
-    for (const destination of [...source._readableState.pipes] as Writable[]) {
-      source.unpipe(destination)
-      destination.destroy(error)
-    }
-    letGo(source)
-    flow(source)
+  // Readers that are let go are told why once the content concludes, in place of its end.
+  #letGo (source: Source, why: Error): void {
+    if (source.listenerCount('data') + source.listenerCount('readable') === 0) return
+    this.#cut ??= why
+    source.removeAllListeners('readable')
+    source.removeAllListeners('data')
   }
 }

@@ -29,6 +29,12 @@ export function readerStalled (timeout: number): Error & { code: string } {
   return Object.assign(error, { code: 'FST_DIGEST_FIELDS_READER_STALLED' })
 }
 
+/** What a reader that stopped reading gets in place of the end, once the plugin read the rest for a verdict. */
+export function contentTaken (): Error & { code: string } {
+  const error = new Error('fastify-digest-fields: the rest of the content was read for its verdict after its reader stopped')
+  return Object.assign(error, { code: 'FST_DIGEST_FIELDS_CONTENT_TAKEN' })
+}
+
 /** Why a request whose client sent nothing for `timeout` ms, while the plugin waited for its content, was ended. */
 export function clientStalled (timeout: number): Error & { code: string } {
   const error = new Error(`fastify-digest-fields: the client sent nothing for ${timeout} ms while the plugin waited for the content`)

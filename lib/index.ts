@@ -230,7 +230,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // Content nobody has read yet is left for the handler, which sees the error in place of the end.
   fastify.addHook('preValidation', function awaitPartialReaders (request: DigestRequest, _reply, done) {
     const verifier = request[kPendingContent]
-    if (verifier == null || verifier.settled || !request.raw.readableDidRead || isStream(request.body)) {
+    if (verifier == null || verifier.settled || !verifier.covered || !request.raw.readableDidRead || isStream(request.body)) {
       done()
       return
     }
@@ -247,7 +247,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
     const verifier = request[kPendingContent]
     // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
-    if (reply.statusCode >= 400 || verifier == null) {
+    if (reply.statusCode >= 400 || verifier == null || !verifier.covered) {
       discardUncommitted(request, payload, done)
       return
     }

@@ -54,7 +54,7 @@ const pluginKeys = [...routeKeys, 'problemTypesBase', 'fileDigests']
 // What only a route can say: where the state of its uploads is.
 const routeOnlyKeys = [...routeKeys, 'resumable']
 // Long enough for a writer that stops for a busy disk, short enough that a client is not kept waiting.
-export const defaultStallTimeout = 10_000
+const defaultStallTimeout = 10_000
 const fileDigestDefaults: FileDigestLimits = { hashBeforeSending: 4 * 1024 * 1024, maxEntries: 10_000 }
 
 /** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */

@@ -6,10 +6,10 @@ import { sendProblem } from './answer.js'
 import { announcedFields, judgeFields, type Expectation } from './fields.js'
 import { refusals, type Finding } from './findings.js'
 import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from './framing.js'
-import { defaultStallTimeout, type Settings } from './options.js'
+import type { Settings } from './options.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { contentCodings, UnencodedHasher } from './unencoded.js'
-import { failSource, hasIntegrityTrailer, type Source } from './source.js'
+import { closeRequest, failSource, hasIntegrityTrailer, type Source } from './source.js'
 import { ContentWait, type Release, type Waiter } from './content-wait.js'
 import { kTrailerWatch } from './symbols.js'
 import { compareDigests } from './verdict.js'
@@ -151,7 +151,7 @@ function pushWatchingTrailers (this: WatchedSource, chunk: Buffer | null): boole
  */
 export class TrailerWatch implements PendingContent {
   settled = false
-  failure: DigestProblem | null = null
+  failure: Error | null = null
   wait: ContentWait | null = null
 
   constructor (
@@ -160,11 +160,24 @@ export class TrailerWatch implements PendingContent {
     readonly settingsOf: (request: FastifyRequest) => Settings | null
   ) {}
 
-  whenSettled (waiter: Waiter, release: Release): void {
-    // A route with config.digest: false has no settings of its own: the wait takes the default.
-    const timeout = this.settingsOf(this.request)?.stallTimeout ?? defaultStallTimeout
-    this.wait ??= new ContentWait(this.request.raw as unknown as Source, timeout)
+  get covered (): boolean {
+    return this.settingsOf(this.request) !== null
+  }
+
+  /** Only on a route the plugin covers: a route with config.digest: false is never waited for. */
+  whenSettled (waiter: Waiter | null, release: Release): void {
+    const timeout = (this.settingsOf(this.request) as Settings).stallTimeout
+    this.wait ??= new ContentWait(this.request.raw as unknown as Source, timeout, (error) => this.#giveUp(error))
     this.wait.add(waiter, release)
+  }
+
+  /** Ends the request of a client that stopped sending. */
+  #giveUp (error: Error): void {
+    this.settled = true
+    this.failure = error
+    this.detach()
+    closeRequest(this.request.raw, error)
+    this.wait?.settle(error)
   }
 
   /** Gives the request back, for a later registration's hook to judge with its own settings. */
@@ -179,7 +192,10 @@ export class TrailerWatch implements PendingContent {
     this.detach()
     const settings = hasIntegrityTrailer(source.trailers) ? this.settingsOf(this.request) : null
     if (settings === null) {
-      const more = source.push(null)
+      // Readers a wait let go before the end are told why, rather than seeing an end that looks complete.
+      const cut = this.wait?.cut ?? null
+      if (cut !== null) failSource(source, cut)
+      const more = cut === null && source.push(null)
       this.wait?.settle(null)
       return more
     }

@@ -11,12 +11,15 @@
  * - `_readableState.buffer`, `.bufferIndex`, `.ended`: what was buffered before the plugin's hook
  *   ran; `.pipes`: the pipes a wait for the content cuts off when they stall (content-wait.ts).
  * - `_destroy`: replaced at a failure, so that destroying keeps the connection (Node's own would
- *   close it) and emits 'error' only where someone listens.
+ *   close it) and emits 'error' only where someone listens; a request given up is closed through
+ *   its `socket` (HTTP/1.1) or its HTTP/2 `stream`.
  * - light-my-request's `_lightMyRequest` marker: its request ignores a destroy once its payload is
  *   pushed, listens for 'error' itself (once), and pushes an end on every read once done.
  * - Node's `OutgoingMessage._removedConnection` (index.ts): removeHeader('connection') sets it.
  */
 import type { IncomingHttpHeaders } from 'node:http'
+import { constants, type Http2Stream } from 'node:http2'
+import type { Socket } from 'node:net'
 import { Readable } from 'node:stream'
 import { integrityFields } from './fields.js'
 
@@ -51,6 +54,18 @@ export function failSource (source: Readable, problem: Error): boolean {
   source._destroy = destroyQuietly
   Readable.prototype.destroy.call(source, problem)
   return heard
+}
+
+/**
+ * Ends a request whose client stopped sending, as Node ends one whose client left: its readers get
+ * the error where they listen for it, and its connection is closed (HTTP/1.1) or its stream reset
+ * (HTTP/2, whose request is not the stream and whose destroy() would leave it open).
+ */
+export function closeRequest (source: Readable, error: Error): void {
+  failSource(source, error)
+  const { stream, socket } = source as Readable & { stream?: Http2Stream, socket?: Socket }
+  if (stream !== undefined) stream.close(constants.NGHTTP2_CANCEL)
+  else socket?.destroy()
 }
 
 /** Whether a trailer section carries an integrity field. */

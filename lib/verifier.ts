@@ -12,7 +12,7 @@ import type { UnencodedHasher } from './unencoded.js'
 import type { RunningUpload } from './resumable.js'
 import { ContentHashes } from './content-hashes.js'
 import { HeldContent } from './held-content.js'
-import { failSource, type Source } from './source.js'
+import { closeRequest, failSource, type Source } from './source.js'
 import { aborted, ContentWait, type Release, type Waiter } from './content-wait.js'
 import { kSourceVerifier } from './symbols.js'
 import { judgeContent } from './verdict.js'
@@ -21,13 +21,16 @@ import { judgeContent } from './verdict.js'
 export interface PendingContent {
   /** Whether the content concluded: verified, failed or cut short. */
   readonly settled: boolean
+  /** Whether the route is one the plugin verifies (a trailer watch also sees routes with digest: false). */
+  readonly covered: boolean
   /** Why the content failed (its DigestProblem) or was cut short, once it concluded; else null. */
   readonly failure: Error | null
   /**
    * Tells `waiter` once the content concluded; the rest is read to its end by its readers, or by
-   * the plugin (ContentWait), which lets readers go as `release` says.
+   * the plugin (ContentWait), which lets readers go as `release` says. Without a waiter, only
+   * bounds the wait of a reader of the content.
    */
-  whenSettled (waiter: Waiter, release: Release): void
+  whenSettled (waiter: Waiter | null, release: Release): void
 }
 
 /** What the verifier needs to know about a request, and what it tells the plugin. */
@@ -81,6 +84,7 @@ function readThroughVerifier (this: VerifiedSource, size: number): void {
  * error in place of the end.
  */
 export class SourceVerifier implements PendingContent {
+  readonly covered = true
   settled = false
   failure: Error | null = null
   readonly #source: VerifiedSource
@@ -129,8 +133,8 @@ export class SourceVerifier implements PendingContent {
     })
   }
 
-  whenSettled (waiter: Waiter, release: Release): void {
-    this.#wait ??= new ContentWait(this.#source, this.#verification.settings.stallTimeout)
+  whenSettled (waiter: Waiter | null, release: Release): void {
+    this.#wait ??= new ContentWait(this.#source, this.#verification.settings.stallTimeout, (error) => this.abort(error, true))
     this.#wait.add(waiter, release)
   }
 
@@ -173,12 +177,15 @@ export class SourceVerifier implements PendingContent {
     return (this.#source as { aborted?: boolean }).aborted === true
   }
 
-  /** Gives readers of content cut short the error of an aborted HTTP/1.1 request; nothing is judged. */
-  abort (): void {
+  /**
+   * Gives readers of content cut short the error of an aborted HTTP/1.1 request, or `error`, and
+   * with `close` ends the request; nothing is judged.
+   */
+  abort (error = aborted(), close = false): void {
     this.#restore()
-    const error = aborted()
     this.#settle(error)
-    failSource(this.#source, error)
+    if (close) closeRequest(this.#source, error)
+    else failSource(this.#source, error)
     this.#wait?.settle(error)
   }
 
@@ -204,8 +211,14 @@ export class SourceVerifier implements PendingContent {
       if (this.#wait?.settle(problem) !== true) this.#verification.failed(problem, heard)
       return
     }
-    for (const chunk of held) this.#push.call(source, chunk)
-    this.#push.call(source, null)
+    // Readers a wait let go before the end are told why, rather than seeing an end that looks complete.
+    const cut = this.#wait?.cut ?? null
+    if (cut !== null) {
+      failSource(source, cut)
+    } else {
+      for (const chunk of held) this.#push.call(source, chunk)
+      this.#push.call(source, null)
+    }
     this.#wait?.settle(null)
   }
 }

@@ -1,5 +1,6 @@
 import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:http'
+import { connect as h2connect, constants as h2constants } from 'node:http2'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -314,4 +315,123 @@ t.test('after a failed completion state() is the state the request started from,
   t.equal(JSON.parse(stored).complete, true, 'its state says it is complete')
   t.equal(await append(Buffer.from('more'), 64), 400, 'an append to the completed upload is refused')
   t.equal(JSON.parse(stored).offset, 64, 'and the upload is unchanged')
+})
+
+// The attack on the fixes above found these, pinned here too.
+
+t.test('HTTP/2: a stream left open while a reply waits is reset, where its unheard error took the process down', async (t) => {
+  const escaped = watchProcess(t)
+  const app = Fastify({ http2: true } as object) as unknown as FastifyInstance
+  t.teardown(() => app.close())
+  await app.register(fastifyDigestFields, { stallTimeout: 100 })
+  app.addContentTypeParser('application/octet-stream', (_request, _payload, done) => done(null))
+  app.get('/items/:id', async (request) => ({ id: (request.params as { id: string }).id }))
+  app.put('/early', async () => 'ok')
+  const port = await listen(app)
+  const session = h2connect(`http://127.0.0.1:${port}`)
+  t.teardown(() => session.destroy())
+  session.on('error', () => {})
+  for (const [headers, data] of [[{ ':method': 'GET', ':path': '/items/1' }, null], [{ ':method': 'PUT', ':path': '/early', 'content-type': 'application/octet-stream' }, 'x']] as const) {
+    const stream = session.request(headers, { endStream: false })
+    stream.on('error', () => {})
+    if (data !== null) stream.write(data)
+    let status: unknown = null
+    stream.on('response', (response) => { status = response[':status'] })
+    await new Promise((resolve) => stream.once('close', resolve))
+    t.equal(stream.rstCode, h2constants.NGHTTP2_CANCEL, `${headers[':path']}: reset`)
+    t.equal(status, null, 'nothing claimed of content that never came')
+  }
+  t.same(escaped, [], 'the process lives')
+})
+
+t.test('HTTP/2: file() then commit() with a later file nobody reads commits, where it answered a 500', async (t) => {
+  const dir = folder(t)
+  const app = Fastify({ http2: true } as object) as unknown as FastifyInstance
+  t.teardown(() => app.close())
+  await app.register(fastifyDigestFields, { stallTimeout: 100 })
+  await app.register(fastifyMultipart)
+  app.post('/upload', async (request) => {
+    const files = request.verifiedFiles()
+    const data = await request.file()
+    await files.save(data?.file as Readable, join(dir, 'first.bin'))
+    return { verified: (await files.commit())?.fields }
+  })
+  const port = await listen(app)
+  const first = seededBytes(1000, fuzzSeed + 7)
+  const body = form(part('a', first), part('b', seededBytes(300_000, fuzzSeed + 8)))
+  const answer = await h2Request(port, { ':method': 'POST', ':path': '/upload', 'content-type': multipart, 'content-digest': member('sha-256', body) }, [body])
+  t.equal(answer.status, 200)
+  t.same(JSON.parse(answer.body), { verified: ['content-digest'] })
+  t.ok(readFileSync(join(dir, 'first.bin')).equals(first), 'the first file, committed')
+})
+
+t.test('a client that stops sending while save() writes is disconnected and leaves no file, where the request waited for ever', async (t) => {
+  const dir = folder(t)
+  for (const http2 of [false, true]) {
+    const app = Fastify({ http2 } as object) as unknown as FastifyInstance
+    t.teardown(() => app.close())
+    await app.register(fastifyDigestFields, { stallTimeout: 100 })
+    app.addContentTypeParser('application/octet-stream', (_request, _payload, done) => done(null))
+    let handled: () => void = () => {}
+    const done = new Promise<void>((resolve) => { handled = resolve })
+    app.put('/files/:id', async (request, reply) => {
+      try {
+        const files = request.verifiedFiles()
+        await files.save(request.raw, join(dir, (request.params as { id: string }).id))
+        await files.commit()
+        return reply.code(201).send()
+      } finally {
+        handled()
+      }
+    })
+    const port = await listen(app)
+    const headers = { 'content-type': 'application/octet-stream', 'content-length': '300000', 'content-digest': wrong }
+    if (http2) {
+      const session = h2connect(`http://127.0.0.1:${port}`)
+      t.teardown(() => session.destroy())
+      session.on('error', () => {})
+      const stream = session.request({ ':method': 'PUT', ':path': '/files/h2', ...headers }, { endStream: false })
+      stream.on('error', () => {})
+      stream.write(Buffer.alloc(100_000))
+      await new Promise((resolve) => stream.once('close', resolve))
+      t.equal(stream.rstCode, h2constants.NGHTTP2_CANCEL, 'HTTP/2: the stream is reset')
+    } else {
+      const socket = connect({ host: '127.0.0.1', port })
+      socket.on('error', () => {})
+      socket.write(['PUT /files/h1 HTTP/1.1', 'Host: localhost', ...Object.entries(headers).map(([name, value]) => `${name}: ${value}`), '', ''].join('\r\n'))
+      socket.write(Buffer.alloc(100_000))
+      await new Promise((resolve) => socket.once('close', resolve))
+      t.pass('HTTP/1.1: the connection is closed')
+    }
+    // save() rejects once its file is removed.
+    await done
+    t.same(readdirSync(dir), [], 'no file, not even a temporary one')
+  }
+})
+
+t.test('a reader an early reply let go gets an error, never a short body that ends as if complete', async (t) => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('application/octet-stream', (_request, _payload, done) => done(null))
+  let seen: Promise<{ bytes: number, error: string | null }> = Promise.resolve({ bytes: 0, error: null })
+  app.put('/', async (request, reply) => {
+    seen = (async () => {
+      let bytes = 0
+      try {
+        for await (const chunk of request.raw) bytes += (chunk as Buffer).length
+        return { bytes, error: null }
+      } catch (error) {
+        return { bytes, error: (error as { code: string }).code }
+      }
+    })()
+    return reply.send('early')
+  })
+  const port = await listen(app)
+  const content = seededBytes(200_000, fuzzSeed + 9)
+  const response = await request(`http://127.0.0.1:${port}/`, { method: 'PUT', body: content, headers: { 'content-type': 'application/octet-stream', 'content-digest': member('sha-256', content) } })
+  t.equal(response.statusCode, 200)
+  await response.body.dump()
+  const { bytes, error } = await seen
+  t.ok(bytes === content.length || error === 'FST_DIGEST_FIELDS_CONTENT_TAKEN', `${bytes} bytes, ${String(error)}`)
 })
