@@ -71,7 +71,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
       // Content that verified was complete, though the plugin may have closed its stream since.
       const pending = (request as VerdictRequest)[kPendingContent]
       const verified = pending?.settled === true && pending.failure === null
-      if (!verified && (!raw.complete || raw.aborted === true)) this.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
+      if (raw.aborted === true || (!verified && !raw.complete)) this.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
     })
   }
 
