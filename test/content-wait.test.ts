@@ -65,3 +65,17 @@ t.test('a chunked request to a route with config.digest: false is answered witho
   t.equal(response.statusCode, 201)
   t.equal(await response.body.text(), 'stored')
 })
+
+t.test('commit() rejects with the error of a save still writing that failed, though the content verified', async (t) => {
+  const server = Fastify()
+  t.teardown(() => server.close())
+  await server.register(fastifyDigestFields)
+  server.addContentTypeParser('application/octet-stream', (_request, _payload, done) => done(null))
+  server.put('/', async (request) => {
+    const files = request.verifiedFiles()
+    const [saved, committed] = await Promise.allSettled([files.save(request.raw, '/nonexistent/folder/file'), files.commit()])
+    return { saved: saved.status, committed: committed.status === 'rejected' ? (committed.reason as { code: string }).code : 'fulfilled' }
+  })
+  const response = await server.inject({ method: 'PUT', url: '/', payload: 'x', headers: { 'content-type': 'application/octet-stream', 'content-digest': member('sha-256', 'x') } })
+  t.same(response.json(), { saved: 'rejected', committed: 'ENOENT' })
+})
