@@ -169,7 +169,7 @@ export function resumableSection ({ bytes, appendBytes, samples }) {
   ])
   return `### ${sizeName(bytes)} upload\n\nExtra server CPU over the same upload without a digest field, in the same round.\n\n` +
     table(['configuration', 'extra server CPU s/GiB', 'ratio to Content-Digest (createHash)'], uploads) +
-    '\n\nThe hashes alone, in 64 KiB chunks, each in a fresh process:\n\n' +
+    '\n\nThe hashes alone, in 64 KiB chunks, each in a fresh process; hash-wasm as the plugin runs it, its state loaded and saved for each chunk:\n\n' +
     table(['algorithm', 'createHash s/GiB', 'hash-wasm s/GiB', 'ratio'], floors) +
     `\n\n### ${sizeName(appendBytes)} requests, 50 at a time\n\nEach append loads the upload's state, hashes, and saves it; the PUT checks its Content-Digest only.\n\n` +
     table(['configuration', 'requests/s', 'server CPU µs per request', 'per-round ratio to the PUT'], appends)
