@@ -2,19 +2,33 @@
 import type { Hash } from 'node:crypto'
 import type { Algorithm } from './algorithms.js'
 import type { UnencodedHasher } from './unencoded.js'
-import type { RunningUpload } from './resumable.js'
+import type { Finding } from './findings.js'
+
+/**
+ * A resumable upload's running digest as the request path sees it (resumable.ts has the upload):
+ * continued by every chunk, compared when a request completes the upload.
+ */
+export interface RunningDigest {
+  /** Whether a Repr-Digest of the whole upload is compared when it completes. */
+  readonly checked: boolean
+  update (bytes: Buffer): void
+  /** The mismatches of the whole upload's digest, when this request completes it; else null. */
+  findings (): Finding[] | null
+  /** The content was verified: the upload's stored state now covers it. */
+  accept (): void
+}
 
 export class ContentHashes {
   readonly #algorithms: readonly Algorithm[]
   readonly #decoder: UnencodedHasher | null
-  readonly #upload: RunningUpload | null
+  readonly #upload: RunningDigest | null
   // Content that arrives in one chunk is hashed in one call at its end, without setting up a Hash
   // (most of the cost of a small body): the chunk waits here, held back from readers. Every other
   // chunk is hashed as it arrives, before any reader can see it.
   #only: Buffer | null = null
   #hashes: Hash[] | null = null
 
-  constructor (algorithms: readonly Algorithm[], decoder: UnencodedHasher | null, upload: RunningUpload | null) {
+  constructor (algorithms: readonly Algorithm[], decoder: UnencodedHasher | null, upload: RunningDigest | null) {
     this.#algorithms = algorithms
     this.#decoder = decoder
     this.#upload = upload

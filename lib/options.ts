@@ -1,5 +1,5 @@
 /** The plugin's and routes' options, checked and normalized once into the settings every request reads. */
-import type { LogLevel } from 'fastify'
+import type { FastifyRequest, LogLevel } from 'fastify'
 import { serializeDictionary, type Item } from 'structured-headers'
 import type {
   DigestAlgorithms,
@@ -13,7 +13,15 @@ import type { FileDigestLimits } from './file-digests.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
 import { invalidOption } from './errors.js'
 import { integritySigner, type IntegritySigner } from './integrity-signatures.js'
-import type { ResumableSettings } from './resumable.js'
+
+/**
+ * What a route's `config.digest.resumable` says: whether it creates uploads, and, on an upload
+ * resource, where the state of the upload an append names is.
+ */
+export interface ResumableSettings {
+  readonly creation: boolean
+  readonly loadState: ((request: FastifyRequest) => unknown) | null
+}
 
 /** Options normalized once, at registration or route declaration; every request reads only this. */
 export interface Settings {

@@ -12,7 +12,7 @@ import { distinct, type Algorithm } from './algorithms.js'
 import { problemCodes } from './errors.js'
 import { judgeFields } from './fields.js'
 import { refusals, type Finding } from './findings.js'
-import type { Settings } from './options.js'
+import type { ResumableSettings, Settings } from './options.js'
 import type { Members } from './dictionary.js'
 import { chosen, preferencesOf } from './preferences.js'
 import { DigestProblem, problemFor } from './problems.js'
@@ -20,15 +20,6 @@ import { mismatchingUploadOffsetSchema } from './schemas.js'
 import { compareDigests } from './verdict.js'
 import { digestOfState, initialState, prepareHasher, updateState } from './hash-states.js'
 import { readState, writeState, type UploadState } from './upload-state.js'
-
-/**
- * What a route's `config.digest.resumable` says: whether it creates uploads, and, on an upload
- * resource, where the state of the upload an append names is.
- */
-export interface ResumableSettings {
-  readonly creation: boolean
-  readonly loadState: ((request: FastifyRequest) => unknown) | null
-}
 
 const integer = /^[ ]*[0-9]+(?![0-9.])/
 

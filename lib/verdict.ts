@@ -9,8 +9,34 @@ import type { Settings } from './options.js'
 import { maxEpilogue, type HeldContent } from './held-content.js'
 import { problemFor, type DigestProblem } from './problems.js'
 import { hasIntegrityTrailer, type Source } from './source.js'
-import type { Verification } from './verifier.js'
-import type { RunningUpload } from './resumable.js'
+import type { UnencodedHasher } from './unencoded.js'
+import type { RunningDigest } from './content-hashes.js'
+
+/** What the verifier needs to know about a request, and what it tells the plugin. */
+export interface Verification {
+  readonly settings: Settings
+  /** The values of the header section's integrity fields. */
+  readonly expectations: readonly Expectation[]
+  /** The algorithms the bytes received are hashed with, each once. */
+  readonly algorithms: readonly Algorithm[]
+  /** Hashes the decoded content, when Unencoded-Digest is checked and a content coding applies. */
+  readonly unencoded: UnencodedHasher | null
+  /** Whether Content-Range or an upload makes the request partial (its Repr-Digest is not compared). */
+  readonly partial: boolean
+  /** The resumable upload the content goes to, whose running digest it continues. */
+  readonly upload: RunningDigest | null
+  /** Whether a content coding applies, which an Unencoded-Digest must be checked without. */
+  readonly coded: boolean
+  /** A multipart body's close delimiter, after which everything is held until the verdict. */
+  readonly closeDelimiter: Buffer | null
+  /** Receives what was verified, just before the content ends for its readers. */
+  verified (digest: VerifiedDigest): void
+  /**
+   * Told of a failure once the content's readers have been given the problem in place of the end;
+   * `heard` says whether any of them listens for 'error' and so can answer it.
+   */
+  failed (problem: DigestProblem, heard: boolean): void
+}
 
 /** The digests calculated over the content: of the bytes received, and of the decoded content. */
 export interface Digests {
@@ -62,7 +88,7 @@ export interface Completed {
   readonly unencoded: ReadonlyMap<Algorithm, Buffer> | GeneralFinding | null
   /** More followed a multipart close delimiter than could be held. */
   readonly overflowed: boolean
-  readonly upload: RunningUpload | null
+  readonly upload: RunningDigest | null
 }
 
 /** What was verified, or the findings that refuse the content. */

@@ -3,19 +3,14 @@
  * any reader sees it, held back in part until the verdict, then ended or failed for every reader.
  */
 import type { Readable } from 'node:stream'
-import type { VerifiedDigest } from './types.js'
-import type { Algorithm } from './algorithms.js'
-import type { Expectation } from './fields.js'
-import type { Settings } from './options.js'
 import type { DigestProblem } from './problems.js'
 import type { UnencodedHasher } from './unencoded.js'
-import type { RunningUpload } from './resumable.js'
 import { ContentHashes } from './content-hashes.js'
 import { HeldContent } from './held-content.js'
 import { closeRequest, failSource, type Source } from './source.js'
 import { aborted, ContentWait, type Release, type Waiter } from './content-wait.js'
 import { kSourceVerifier } from './symbols.js'
-import { judgeContent } from './verdict.js'
+import { judgeContent, type Verification } from './verdict.js'
 
 /** Content whose verdict may still be pending when a later hook, the handler or the reply needs it. */
 export interface PendingContent {
@@ -31,32 +26,6 @@ export interface PendingContent {
    * bounds the wait of a reader of the content.
    */
   whenSettled (waiter: Waiter | null, release: Release): void
-}
-
-/** What the verifier needs to know about a request, and what it tells the plugin. */
-export interface Verification {
-  readonly settings: Settings
-  /** The values of the header section's integrity fields. */
-  readonly expectations: readonly Expectation[]
-  /** The algorithms the bytes received are hashed with, each once. */
-  readonly algorithms: readonly Algorithm[]
-  /** Hashes the decoded content, when Unencoded-Digest is checked and a content coding applies. */
-  readonly unencoded: UnencodedHasher | null
-  /** Whether Content-Range or an upload makes the request partial (its Repr-Digest is not compared). */
-  readonly partial: boolean
-  /** The resumable upload the content goes to, whose running digest it continues. */
-  readonly upload: RunningUpload | null
-  /** Whether a content coding applies, which an Unencoded-Digest must be checked without. */
-  readonly coded: boolean
-  /** A multipart body's close delimiter, after which everything is held until the verdict. */
-  readonly closeDelimiter: Buffer | null
-  /** Receives what was verified, just before the content ends for its readers. */
-  verified (digest: VerifiedDigest): void
-  /**
-   * Told of a failure once the content's readers have been given the problem in place of the end;
-   * `heard` says whether any of them listens for 'error' and so can answer it.
-   */
-  failed (problem: DigestProblem, heard: boolean): void
 }
 
 type VerifiedSource = Source & { [kSourceVerifier]?: SourceVerifier | undefined }
