@@ -14,10 +14,7 @@ import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './alg
 import { invalidOption } from './errors.js'
 import { integritySigner, type IntegritySigner } from './integrity-signatures.js'
 
-/**
- * What a route's `config.digest.resumable` says: whether it creates uploads, and, on an upload
- * resource, where the state of the upload an append names is.
- */
+/** `config.digest.resumable`: whether a route creates uploads, or where an append's upload state is. */
 export interface ResumableSettings {
   readonly creation: boolean
   readonly loadState: ((request: FastifyRequest) => unknown) | null
