@@ -36,6 +36,9 @@ export async function digestVerdict (request: FastifyRequest): Promise<VerifiedD
 
 /** Why a request's content failed: the DigestProblem, or the abort, rather than what it caused. */
 function failureOf (request: FastifyRequest, error: unknown): unknown {
+  const pending = (request as VerdictRequest)[kPendingContent]
+  // Content that verified may have been closed for readers the plugin let go: not a failure.
+  if (pending?.settled === true) return pending.failure ?? error
   return (request.raw as Readable).errored ?? error
 }
 

@@ -105,9 +105,11 @@ export class ContentWait {
       return
     }
     const source = this.#source
-    // Readers that stopped taking it hold what arrived (and the connection paused behind it):
-    // a pipe's destination is destroyed with the error.
-    if (source.readableLength > 0) {
+    // Readers that stopped taking it hold what arrived (and the connection paused behind it), in
+    // the request or, over HTTP/2, in its stream, which a paused request no longer reads: a
+    // pipe's destination is destroyed with the error.
+    const stream = (source as Source & { stream?: Readable }).stream
+    if (source.readableLength > 0 || source.readableFlowing !== true || (stream?.readableLength ?? 0) > 0) {
       const error = readerStalled(this.#timeout)
       this.#cut ??= error
       for (const destination of [...source._readableState.pipes] as Writable[]) {
