@@ -7,16 +7,16 @@
  *   response end     digests compared, with the trailer section's; a mismatch errors in place of the end
  */
 import type { Dispatcher } from 'undici'
-import { lookupAlgorithm, type Algorithm } from './algorithms.js'
-import { DigestHandler, type ClientSettings, type DigestRetry } from './client-handler.js'
-import { Relay } from './client-relay.js'
-import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client-request.js'
+import { lookupAlgorithm, type Algorithm } from './fields/algorithms.js'
+import { DigestHandler, type ClientSettings, type DigestRetry } from './client/handler.js'
+import { Relay } from './client/relay.js'
+import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client/request.js'
 import { invalidOption } from './errors.js'
-import { serializePreferences } from './options.js'
+import { serializePreferences } from './options/settings.js'
 
-export { DigestMismatchError, DigestProblemError, DigestUnverifiableError } from './client-errors.js'
-export type { DigestProblemKind, ResponseDigestField } from './client-errors.js'
-export type { DigestRetry } from './client-handler.js'
+export { DigestMismatchError, DigestProblemError, DigestUnverifiableError } from './client/errors.js'
+export type { DigestProblemKind, ResponseDigestField } from './client/errors.js'
+export type { DigestRetry } from './client/handler.js'
 
 /** The options of `digestInterceptor`. */
 export interface DigestInterceptorOptions {

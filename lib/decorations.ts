@@ -1,9 +1,9 @@
 /** What the plugin adds to Fastify's requests and replies: the public methods, and its state behind symbols. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { lookupAlgorithm } from './algorithms.js'
-import { digestVerdict, VerifiedFiles } from './commit.js'
+import { lookupAlgorithm } from './fields/algorithms.js'
+import { digestVerdict, VerifiedFiles } from './uploads/commit.js'
 import { invalidOption, unverifiedRoute } from './errors.js'
-import type { SuppliedDigests } from './response-digests.js'
+import type { SuppliedDigests } from './response/digests.js'
 import {
   kFilePayload,
   kPendingContent,

@@ -31,24 +31,24 @@ import type {
 import fp from 'fastify-plugin'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from './types.js'
-import { answerWith, sendProblem } from './answer.js'
-import { hasNoDigestFields } from './fields.js'
-import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from './options.js'
-import { DigestProblem } from './problems.js'
-import { TrailerWatch, verifyRequest, watchTrailers } from './request-verification.js'
-import { findUnencodedDigest, responseDigests } from './response-digests.js'
-import { FileDigests } from './file-digests.js'
-import { deferContinue } from './continue.js'
-import type { VerifiedFiles } from './commit.js'
+import { answerWith, sendProblem } from './problems/answer.js'
+import { hasNoDigestFields } from './request/judge-fields.js'
+import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from './options/settings.js'
+import { DigestProblem } from './problems/problems.js'
+import { TrailerWatch, verifyRequest, watchTrailers } from './request/verification.js'
+import { findUnencodedDigest, responseDigests } from './response/digests.js'
+import { FileDigests } from './response/file-digests.js'
+import { deferContinue } from './request/continue.js'
+import type { VerifiedFiles } from './uploads/commit.js'
 import { decorate } from './decorations.js'
 import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kVerifiedFiles } from './symbols.js'
 import { declaredBeforeRegistration, uncommittedFileKept } from './warnings.js'
-import { SourceVerifier, type PendingContent } from './verifier.js'
-import { isUploadRequest, startUpload } from './resumable.js'
+import { SourceVerifier, type PendingContent } from './request/verifier.js'
+import { isUploadRequest, startUpload } from './uploads/resumable.js'
 
 export type * from './types.js'
-export { DigestProblem } from './problems.js'
-export { staticFileDigests } from './static-files.js'
+export { DigestProblem } from './problems/problems.js'
+export { staticFileDigests } from './response/static-files.js'
 export {
   digestProblemSchemas,
   generalProblemSchema,
@@ -58,7 +58,7 @@ export {
   mismatchingValueSchema,
   unsupportedAlgorithmSchema,
   unsupportedAlgorithmsSchema
-} from './schemas.js'
+} from './problems/schemas.js'
 
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.

@@ -5,8 +5,8 @@ import * as zlib from 'node:zlib'
 import t from 'tap'
 import Fastify from 'fastify'
 import fastifyDigestFields from '../lib/index.js'
-import { lookupAlgorithm, type Algorithm } from '../lib/algorithms.js'
-import { UnencodedHasher } from '../lib/unencoded.js'
+import { lookupAlgorithm, type Algorithm } from '../lib/fields/algorithms.js'
+import { UnencodedHasher } from '../lib/fields/unencoded.js'
 import { fuzzSeed, h2Request, listen, problemTypes, randomChunks, rawRequest, seededBytes, seededRandom, watchProcess } from './helpers.js'
 
 // Issue 15, items 1 and 6. The side decoder of Unencoded-Digest read each chunk later than the

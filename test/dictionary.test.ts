@@ -3,7 +3,7 @@ import t from 'tap'
 import { parseDictionary as reference } from 'structured-headers'
 import { fuzzScale, fuzzSeed, seededRandom } from './helpers.js'
 
-// Issue 20: the plugin reads the usual form of digest fields in one pass (lib/dictionary.ts) and
+// Issue 20: the plugin reads the usual form of digest fields in one pass (lib/fields/dictionary.ts) and
 // leaves every other form to structured-headers. The oracle is structured-headers itself: for
 // every input, the plugin's parse gives the same members in the same order, or the same error.
 // The inputs are the structured field test corpus (httpwg/structured-field-tests) and generated
@@ -12,7 +12,7 @@ import { fuzzScale, fuzzSeed, seededRandom } from './helpers.js'
 t.comment(`seed ${fuzzSeed}`)
 
 let referenceCalls = 0
-const { parseDictionary } = await t.mockImport<typeof import('../lib/dictionary.js')>('../lib/dictionary.js', {
+const { parseDictionary } = await t.mockImport<typeof import('../lib/fields/dictionary.js')>('../lib/fields/dictionary.js', {
   'structured-headers': {
     parseDictionary: (text: string) => {
       referenceCalls++

@@ -5,8 +5,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
 import t from 'tap'
-import { lookupAlgorithm, type Algorithm } from '../lib/algorithms.js'
-import { FileDigests } from '../lib/file-digests.js'
+import { lookupAlgorithm, type Algorithm } from '../lib/fields/algorithms.js'
+import { FileDigests } from '../lib/response/file-digests.js'
 
 // The file digest cache on its own: what it answers when a file or the stream reading it changes
 // under it. A digest is either the file's as it is, or nothing.
@@ -132,7 +132,7 @@ t.test('a large file is left to be hashed as it is sent, and remembered only if 
 
 t.test('a file that ends before its size, as read, gives nothing', async (t) => {
   const real = await import('node:fs/promises')
-  const { FileDigests: Shortened } = await t.mockImport<typeof import('../lib/file-digests.js')>('../lib/file-digests.js', {
+  const { FileDigests: Shortened } = await t.mockImport<typeof import('../lib/response/file-digests.js')>('../lib/response/file-digests.js', {
     'node:fs/promises': {
       ...real,
       open: async (...args: Parameters<typeof real.open>) => {

@@ -4,7 +4,7 @@
 import { createHash } from 'node:crypto'
 import t from 'tap'
 import { createMD5, createSHA1, createSHA256, createSHA512 } from 'hash-wasm'
-import { digestOfState, initialState, prepareHasher, stateFault, storedState, updateState } from '../lib/hash-states.js'
+import { digestOfState, initialState, prepareHasher, stateFault, storedState, updateState } from '../lib/uploads/hash-states.js'
 
 const builds = { 'sha-256': createSHA256, 'sha-512': createSHA512, md5: createMD5, sha: createSHA1 } as const
 const node = { 'sha-256': 'sha256', 'sha-512': 'sha512', md5: 'md5', sha: 'sha1' } as const

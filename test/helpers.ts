@@ -246,9 +246,9 @@ export async function serving (t: Tap, server: import('node:net').Server, scheme
 export async function pluginCountingOpens (t: Tap): Promise<{ opened: string[], plugin: typeof import('../lib/index.js') }> {
   const real = await import('node:fs/promises')
   const opened: string[] = []
-  const counted = await t.mockImport<typeof import('../lib/file-digests.js')>('../lib/file-digests.js', {
+  const counted = await t.mockImport<typeof import('../lib/response/file-digests.js')>('../lib/response/file-digests.js', {
     'node:fs/promises': { ...real, open: async (...args: Parameters<typeof real.open>) => { opened.push(String(args[0])); return await real.open(...args) } }
   })
-  const plugin = await t.mockImport<typeof import('../lib/index.js')>('../lib/index.js', { '../lib/file-digests.js': counted })
+  const plugin = await t.mockImport<typeof import('../lib/index.js')>('../lib/index.js', { '../lib/response/file-digests.js': counted })
   return { opened, plugin }
 }

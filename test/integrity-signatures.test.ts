@@ -94,7 +94,7 @@ t.test('the key: a KeyObject or PEM, Ed25519 only, checked at registration', asy
 t.test('one signature per distinct digest, however many responses carry it', async (t) => {
   const crypto = await import('node:crypto')
   let signed = 0
-  const { integritySigner } = await t.mockImport<typeof import('../lib/integrity-signatures.js')>('../lib/integrity-signatures.js', {
+  const { integritySigner } = await t.mockImport<typeof import('../lib/options/integrity-signatures.js')>('../lib/options/integrity-signatures.js', {
     'node:crypto': { ...crypto, sign: (...args: Parameters<typeof crypto.sign>) => { signed++; return crypto.sign(...args) } }
   })
   const signer = integritySigner('test', { privateKey })

@@ -1,10 +1,10 @@
 /** What a response's digests cover: the representation, the content sent, or the file it serves. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ReadStream } from 'node:fs'
-import type { ResponseDigestField } from './types.js'
+import type { ResponseDigestField } from '../types.js'
 import type { FileRef } from './file-digests.js'
-import { kFilePayload, kServedFile } from './symbols.js'
-import { contentCodings } from './unencoded.js'
+import { kFilePayload, kServedFile } from '../symbols.js'
+import { contentCodings } from '../fields/unencoded.js'
 
 /** The file a reply serves, as staticFileDigests() marks it, with the fields it sends unasked. */
 export interface ServedFile {

@@ -1,7 +1,7 @@
 /** What a request's framing says about verifying it: its length, range, transfer codings and multipart end. */
 import type { FastifyRequest } from 'fastify'
 import type { Http2Stream } from 'node:http2'
-import { refusals, type GeneralFinding } from './findings.js'
+import { refusals, type GeneralFinding } from '../findings.js'
 
 /**
  * What the request's framing says about its content before any of it is read: its length in bytes

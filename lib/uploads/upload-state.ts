@@ -2,9 +2,9 @@
  * The state of a resumable upload that the application stores with it, as JSON (version 1): read
  * and checked whole before any of it is used, since a store can be damaged or changed.
  */
-import type { DigestAlgorithm } from './types.js'
-import { lookupAlgorithm, type Algorithm } from './algorithms.js'
-import type { Expectation } from './fields.js'
+import type { DigestAlgorithm } from '../types.js'
+import { lookupAlgorithm, type Algorithm } from '../fields/algorithms.js'
+import type { Expectation } from '../request/judge-fields.js'
 import { stateFault, storedState } from './hash-states.js'
 
 /** The state as the application stores it. */

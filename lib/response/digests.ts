@@ -1,15 +1,15 @@
 /** Digests on responses: Want-* fields answered and unasked digests sent, in the header section where known first. */
 import type { FastifyRequest, onSendHookHandler } from 'fastify'
 import { ReadStream } from 'node:fs'
-import type { DigestAlgorithm } from './types.js'
-import { distinct, type Algorithm } from './algorithms.js'
+import type { DigestAlgorithm } from '../types.js'
+import { distinct, type Algorithm } from '../fields/algorithms.js'
 import type { FileDigests } from './file-digests.js'
-import type { Settings } from './options.js'
-import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from './symbols.js'
+import type { Settings } from '../options/settings.js'
+import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from '../symbols.js'
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
-import { addVary, chosen, field, preferencesOf, representationAlgorithm } from './preferences.js'
-import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './response-coverage.js'
-import { uploadReprDigests } from './resumable.js'
+import { addVary, chosen, field, preferencesOf, representationAlgorithm } from '../fields/preferences.js'
+import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './coverage.js'
+import { uploadReprDigests } from '../uploads/resumable.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 interface Unencoded { readonly algorithm: Algorithm, readonly digests: Digests }

@@ -1,10 +1,10 @@
 /** A response's digests, checked while its body streams: from the header section, then the trailer section. */
 import { timingSafeEqual, type Hash } from 'node:crypto'
-import { parseDictionary } from './dictionary.js'
-import { distinct, type Algorithm } from './algorithms.js'
-import type { Section } from './fields.js'
-import { DigestMismatchError, DigestUnverifiableError, type ResponseDigestField } from './client-errors.js'
-import { contentCodings, UnencodedHasher } from './unencoded.js'
+import { parseDictionary } from '../fields/dictionary.js'
+import { distinct, type Algorithm } from '../fields/algorithms.js'
+import type { Section } from '../request/judge-fields.js'
+import { DigestMismatchError, DigestUnverifiableError, type ResponseDigestField } from './errors.js'
+import { contentCodings, UnencodedHasher } from '../fields/unencoded.js'
 
 type Field = ResponseDigestField
 

@@ -1,15 +1,15 @@
 /** The verdict on a request's content once it is complete: its digests compared with every expected value. */
 import { timingSafeEqual } from 'node:crypto'
 import type { IncomingHttpHeaders } from 'node:http'
-import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from './types.js'
-import type { Algorithm } from './algorithms.js'
-import { judgeFields, type Expectation } from './fields.js'
-import { refusals, type Finding, type GeneralFinding, type MismatchedValue } from './findings.js'
-import type { Settings } from './options.js'
-import { maxEpilogue, type HeldContent } from './held-content.js'
-import { problemFor, type DigestProblem } from './problems.js'
+import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from '../types.js'
+import type { Algorithm } from '../fields/algorithms.js'
+import { judgeFields, type Expectation } from './judge-fields.js'
+import { refusals, type Finding, type GeneralFinding, type MismatchedValue } from '../findings.js'
+import type { Settings } from '../options/settings.js'
+import { maxEpilogue, type HeldContent } from '../fields/held-content.js'
+import { problemFor, type DigestProblem } from '../problems/problems.js'
 import { hasIntegrityTrailer, type Source } from './source.js'
-import type { UnencodedHasher } from './unencoded.js'
+import type { UnencodedHasher } from '../fields/unencoded.js'
 import type { RunningDigest } from './content-hashes.js'
 
 /** What the verifier needs to know about a request, and what it tells the plugin. */

@@ -6,7 +6,7 @@
  * whole before it is loaded: a bad digest length would make hash-wasm write past its state.
  */
 import { createMD5, createSHA1, createSHA256, createSHA512, type IHasher } from 'hash-wasm'
-import type { DigestAlgorithm } from './types.js'
+import type { DigestAlgorithm } from '../types.js'
 
 /**
  * Where hash-wasm 4.13.0 keeps what in a saved state (its C structs, after a tag of its build):

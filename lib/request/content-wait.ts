@@ -5,7 +5,7 @@
  * timeout is taken from readers that hold it, or its request ended when its client sends nothing.
  */
 import { Readable, type Writable } from 'node:stream'
-import { clientStalled, contentTaken, readerStalled } from './errors.js'
+import { clientStalled, contentTaken, readerStalled } from '../errors.js'
 import type { Source } from './source.js'
 
 /** Told once the content is verified (null), failed (its problem), or cut short (the abort). */

@@ -8,10 +8,10 @@ import type {
   DigestRouteConfig,
   ResponseDigestField,
   FastifyDigestFieldsOptions
-} from './types.js'
-import type { FileDigestLimits } from './file-digests.js'
-import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from './algorithms.js'
-import { invalidOption } from './errors.js'
+} from '../types.js'
+import type { FileDigestLimits } from '../response/file-digests.js'
+import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from '../fields/algorithms.js'
+import { invalidOption } from '../errors.js'
 import { integritySigner, type IntegritySigner } from './integrity-signatures.js'
 
 /** `config.digest.resumable`: whether a route creates uploads, or where an append's upload state is. */

@@ -2,8 +2,8 @@
 import { fstat as fstatCallback, type BigIntStats, type ReadStream } from 'node:fs'
 import { promisify } from 'node:util'
 import { open, stat } from 'node:fs/promises'
-import type { Algorithm } from './algorithms.js'
-import { digestsOf } from './unencoded.js'
+import type { Algorithm } from '../fields/algorithms.js'
+import { digestsOf } from '../fields/unencoded.js'
 
 /** A file a response sends, or would send (HEAD, 304): its path, and the stream reading it if any. */
 export interface FileRef {

@@ -3,7 +3,7 @@ import type { FastifyReply } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
 import { parseDictionary, type Members } from './dictionary.js'
 import type { Algorithm } from './algorithms.js'
-import type { Settings } from './options.js'
+import type { Settings } from '../options/settings.js'
 
 /**
  * The preferences a Want-* field states, or null when there is none. The field was judged when the

@@ -1,9 +1,9 @@
 /** A response on its way to the consumer: hashed as it passes, its last kilobyte and end held until the verdict. */
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Dispatcher } from 'undici'
-import type { Relay } from './client-relay.js'
-import { responseCheck, type Asked, type CheckSettings, type ResponseCheck } from './client-response.js'
-import { HeldContent } from './held-content.js'
+import type { Relay } from './relay.js'
+import { responseCheck, type Asked, type CheckSettings, type ResponseCheck } from './response.js'
+import { HeldContent } from '../fields/held-content.js'
 
 type Handler = Dispatcher.DispatchHandler
 

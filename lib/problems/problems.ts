@@ -1,8 +1,8 @@
 /** The renderers: findings of one kind turned into the problem document of the route's shape. */
 import type { LogLevel } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
-import type { DigestProblemDocument, DraftProblemDocument } from './types.js'
-import { problemCodes, type ProblemCode } from './errors.js'
+import type { DigestProblemDocument, DraftProblemDocument } from '../types.js'
+import { problemCodes, type ProblemCode } from '../errors.js'
 import {
   isListable,
   maxKeyLength,
@@ -16,8 +16,8 @@ import {
   type InvalidValue,
   type MismatchedValue,
   type UnsupportedAlgorithm
-} from './findings.js'
-import { serializePreferences, type Settings } from './options.js'
+} from '../findings.js'
+import { serializePreferences, type Settings } from '../options/settings.js'
 import {
   generalProblemSchema,
   invalidValueSchema,

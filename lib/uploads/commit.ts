@@ -6,11 +6,11 @@ import { basename, dirname, join } from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import type { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
-import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from './types.js'
-import { unverifiedRoute } from './errors.js'
-import { kPendingContent, kRouteSettings } from './symbols.js'
-import type { PendingContent } from './verifier.js'
-import { uncommittedFileKept } from './warnings.js'
+import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from '../types.js'
+import { unverifiedRoute } from '../errors.js'
+import { kPendingContent, kRouteSettings } from '../symbols.js'
+import type { PendingContent } from '../request/verifier.js'
+import { uncommittedFileKept } from '../warnings.js'
 
 type VerdictRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null }
 

@@ -1,6 +1,6 @@
 /** The hashing algorithms of the IANA registry (RFC 9530 section 5) that the plugin computes, by key. */
 import { createHash, hash, type Hash } from 'node:crypto'
-import type { DigestAlgorithm } from './types.js'
+import type { DigestAlgorithm } from '../types.js'
 
 /** One entry of the IANA "Hash Algorithms for HTTP Digest Fields" registry that Node can compute. */
 export interface Algorithm {

@@ -3,13 +3,13 @@
  * any reader sees it, held back in part until the verdict, then ended or failed for every reader.
  */
 import type { Readable } from 'node:stream'
-import type { DigestProblem } from './problems.js'
-import type { UnencodedHasher } from './unencoded.js'
+import type { DigestProblem } from '../problems/problems.js'
+import type { UnencodedHasher } from '../fields/unencoded.js'
 import { ContentHashes } from './content-hashes.js'
-import { HeldContent } from './held-content.js'
+import { HeldContent } from '../fields/held-content.js'
 import { closeRequest, failSource, type Source } from './source.js'
 import { aborted, ContentWait, type Release, type Waiter } from './content-wait.js'
-import { kSourceVerifier } from './symbols.js'
+import { kSourceVerifier } from '../symbols.js'
 import { judgeContent, type Verification } from './verdict.js'
 
 /** Content whose verdict may still be pending when a later hook, the handler or the reply needs it. */

@@ -1,8 +1,8 @@
 /** The digests of a request's content as it arrives: of the bytes received, and of the decoded content. */
 import type { Hash } from 'node:crypto'
-import type { Algorithm } from './algorithms.js'
-import type { UnencodedHasher } from './unencoded.js'
-import type { Finding } from './findings.js'
+import type { Algorithm } from '../fields/algorithms.js'
+import type { UnencodedHasher } from '../fields/unencoded.js'
+import type { Finding } from '../findings.js'
 
 /**
  * A resumable upload's running digest as the request path sees it (resumable.ts has the upload):

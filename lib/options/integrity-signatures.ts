@@ -1,6 +1,6 @@
 /** Signature-based SRI (WICG): an RFC 9421 signature over Unencoded-Digest, tagged ed25519-integrity. */
 import { createPrivateKey, createPublicKey, sign, type KeyObject } from 'node:crypto'
-import { invalidOption } from './errors.js'
+import { invalidOption } from '../errors.js'
 
 /** The two fields that sign one Unencoded-Digest value. */
 export interface IntegritySignature {

@@ -1,13 +1,13 @@
 /** The interceptor's handler: one request through its attempts, named after the response's lifecycle. */
 import type { IncomingHttpHeaders } from 'node:http'
-import { parseDictionary } from './dictionary.js'
+import { parseDictionary } from '../fields/dictionary.js'
 import type { Dispatcher } from 'undici'
-import type { Algorithm } from './algorithms.js'
-import { DigestProblemError } from './client-errors.js'
-import type { FieldMap } from './client-request.js'
-import { CheckedResponse } from './client-checked.js'
-import { Relay } from './client-relay.js'
-import { integrityFields, type Asked, type CheckSettings } from './client-response.js'
+import type { Algorithm } from '../fields/algorithms.js'
+import { DigestProblemError } from './errors.js'
+import type { FieldMap } from './request.js'
+import { CheckedResponse } from './checked.js'
+import { Relay } from './relay.js'
+import { integrityFields, type Asked, type CheckSettings } from './response.js'
 
 /** A retry the interceptor is about to send, as its `onRetry` option is told. */
 export interface DigestRetry {

@@ -1,7 +1,7 @@
 /** The one way a problem leaves: as the reply's problem document, logged once. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { DigestProblem } from './problems.js'
-import { uploadCompleteOf } from './resumable.js'
+import { uploadCompleteOf } from '../uploads/resumable.js'
 
 /**
  * Makes the reply the problem, as RFC 9457 says, and returns its payload; logs what was found,

@@ -3,8 +3,8 @@ import type { Hash } from 'node:crypto'
 import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'
 import type { Algorithm } from './algorithms.js'
-import { refusals, type GeneralFinding } from './findings.js'
-import { codingsOf } from './framing.js'
+import { refusals, type GeneralFinding } from '../findings.js'
+import { codingsOf } from '../request/framing.js'
 
 // The content codings this plugin can remove (RFC 9110 section 8.4.1; zstd, RFC 8878, where the
 // running Node has it). x-gzip is gzip (RFC 9110 section 8.4.1.3).

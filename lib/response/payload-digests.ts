@@ -1,9 +1,9 @@
 /** The digests of a response's payload: known before it is sent, or found as it is sent for the trailer section. */
 import type { FastifyRequest } from 'fastify'
 import { pipeline, Transform, type Readable } from 'node:stream'
-import type { Algorithm } from './algorithms.js'
+import type { Algorithm } from '../fields/algorithms.js'
 import type { FileDigests, FileDigestsFound, FileRef } from './file-digests.js'
-import { digestsOf } from './unencoded.js'
+import { digestsOf } from '../fields/unencoded.js'
 
 export type Values = ReadonlyMap<Algorithm, Buffer>
 

@@ -21,7 +21,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { constants, type Http2Stream } from 'node:http2'
 import type { Socket } from 'node:net'
 import { Readable } from 'node:stream'
-import { integrityFields } from './fields.js'
+import { integrityFields } from './judge-fields.js'
 
 export type Source = Readable & {
   trailers?: IncomingHttpHeaders

@@ -1,9 +1,9 @@
 /** The digest fields of a header or trailer section, parsed and judged before any content is read. */
 import type { IncomingHttpHeaders } from 'node:http'
 import { isInnerList } from 'structured-headers'
-import { parseDictionary, type Member, type Members } from './dictionary.js'
-import type { DigestFieldName } from './types.js'
-import type { Algorithm } from './algorithms.js'
+import { parseDictionary, type Member, type Members } from '../fields/dictionary.js'
+import type { DigestFieldName } from '../types.js'
+import type { Algorithm } from '../fields/algorithms.js'
 import {
   refusals,
   type FieldName,
@@ -11,8 +11,8 @@ import {
   type IntegrityFieldName,
   type InvalidValue,
   type UnsupportedAlgorithm
-} from './findings.js'
-import type { Settings } from './options.js'
+} from '../findings.js'
+import type { Settings } from '../options/settings.js'
 
 /** One digest value from an integrity field that the received content must match. */
 export interface Expectation {

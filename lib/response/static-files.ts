@@ -1,11 +1,11 @@
 /** @fastify/static's setHeaders: each file it serves marked, so that the plugin sends the file's digests. */
 import type { FastifyReply } from 'fastify'
 import type { Stats } from 'node:fs'
-import type { StaticFileDigestsOptions } from './types.js'
-import { invalidOption } from './errors.js'
-import { checkResponseFields } from './options.js'
-import { kServedFile } from './symbols.js'
-import type { ServedFile } from './response-coverage.js'
+import type { StaticFileDigestsOptions } from '../types.js'
+import { invalidOption } from '../errors.js'
+import { checkResponseFields } from '../options/settings.js'
+import { kServedFile } from '../symbols.js'
+import type { ServedFile } from './coverage.js'
 
 type MarkedReply = FastifyReply & { [kServedFile]?: ServedFile | null }
 
