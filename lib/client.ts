@@ -12,7 +12,7 @@ import { DigestHandler, type ClientSettings, type DigestRetry } from './client/h
 import { Relay } from './client/relay.js'
 import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client/request.js'
 import { invalidOption } from './errors.js'
-import { serializePreferences } from './options/settings.js'
+import { serializePreferences } from './fields/preferences.js'
 
 export { DigestMismatchError, DigestProblemError, DigestUnverifiableError } from './client/errors.js'
 export type { DigestProblemKind, ResponseDigestField } from './client/errors.js'

@@ -1,29 +1,29 @@
 // fastify-digest-fields: RFC 9530 digest fields on a Fastify server. Where a request goes:
-//   onRoute        the route's settings, normalized once (options.ts); the response hook and the
-//                  error handler that answers problems are added to the route
-//   arrival        Expect: 100-continue answered only once the content is read (continue.ts)
-//   onRequest      judgeContentAtSource: fields judged before any content (fields.ts, findings.ts);
-//                  an upload's running digest started or loaded (resumable.ts); request.raw taken
-//                  over (request-verification.ts, verifier.ts, source.ts)
-//   as it arrives  each chunk hashed (content-hashes.ts, unencoded.ts), the tail held back
-//                  (held-content.ts); at the end, digests compared (verdict.ts), then the end
-//                  delivered or the stream failed with the problem
+//   onRoute        the route's settings, normalized once (options/); the response hooks and the
+//                  error handler that answers problems (problems/error-handler.ts) added to the route
+//   arrival        Expect: 100-continue answered only once the content is read (request/continue.ts)
+//   onRequest      judgeContentAtSource: fields judged before any content (request/judge-fields.ts,
+//                  findings.ts); an upload's running digest started or loaded (uploads/resumable.ts);
+//                  request.raw taken over (request/verification.ts, verifier.ts, source.ts), or its
+//                  end watched for trailer fields (request/trailer-watch.ts)
+//   as it arrives  each chunk hashed (request/content-hashes.ts, fields/unencoded.ts), the tail held
+//                  back (fields/held-content.ts); at the end, digests compared (request/verdict.ts),
+//                  then the end delivered or the stream failed with the problem
 //   preValidation  awaitPartialReaders: a parser that read part of the content waits for the verdict
-//   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the problem;
-//                  every such wait is bounded by the route's stallTimeout (content-wait.ts)
-//   problems       rendered by problems.ts from findings, sent by answer.ts, whichever hook found them
+//   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the
+//                  problem; every such wait bounded by the route's stallTimeout (request/content-wait.ts)
+//   problems       rendered from findings (problems/problems.ts), sent by problems/answer.ts
 //   responses      Unencoded-Digest found as the route's first onSend, before a coding is added; Want-*
-//                  fields answered, digests sent and signed as its last (response-digests.ts,
-//                  preferences.ts, response-coverage.ts, payload-digests.ts); files' digests kept by
-//                  version (file-digests.ts), signatures made (integrity-signatures.ts)
-//   commits        request.verifiedFiles() and digestVerdict() (commit.ts); files saved and not
-//                  committed are removed before any answer goes (holdSuccessReplies)
+//                  answered, digests sent and signed as its last (response/digests.ts, fields.ts,
+//                  coverage.ts, payload-digests.ts); files' digests kept by version (response/
+//                  file-digests.ts), signatures made (options/integrity-signatures.ts)
+//   commits        request.verifiedFiles() and digestVerdict() (uploads/commit.ts); files saved and
+//                  not committed removed before any answer goes (holdSuccessReplies)
+// docs/development.md has the folders, what each owns and may import.
 import type {
   FastifyContextConfig,
-  FastifyError,
   FastifyInstance,
   FastifyPluginAsync,
-  FastifyReply,
   FastifyRequest,
   onSendHookHandler,
   RouteOptions
@@ -31,19 +31,22 @@ import type {
 import fp from 'fastify-plugin'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from './types.js'
-import { answerWith, sendProblem } from './problems/answer.js'
-import { hasNoDigestFields } from './request/judge-fields.js'
+import { decorate } from './decorations.js'
+import { kPendingContent, kRouteSettings, kSendDigests } from './symbols.js'
+import { declaredBeforeRegistration } from './warnings.js'
 import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from './options/settings.js'
+import { answerWith } from './problems/answer.js'
+import { answerProblems } from './problems/error-handler.js'
 import { DigestProblem } from './problems/problems.js'
-import { TrailerWatch, verifyRequest, watchTrailers } from './request/verification.js'
+import { deferContinue } from './request/continue.js'
+import { hasNoDigestFields } from './request/judge-fields.js'
+import type { PendingContent } from './request/pending-content.js'
+import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
+import { verifyRequest, type RequestHook } from './request/verification.js'
+import { SourceVerifier } from './request/verifier.js'
 import { findUnencodedDigest, responseDigests } from './response/digests.js'
 import { FileDigests } from './response/file-digests.js'
-import { deferContinue } from './request/continue.js'
-import type { VerifiedFiles } from './uploads/commit.js'
-import { decorate } from './decorations.js'
-import { kAnswersProblems, kPendingContent, kRouteSettings, kSendDigests, kVerifiedFiles } from './symbols.js'
-import { declaredBeforeRegistration, uncommittedFileKept } from './warnings.js'
-import { SourceVerifier, type PendingContent } from './request/verifier.js'
+import { discardUncommitted } from './uploads/commit.js'
 import { isUploadRequest, startUpload } from './uploads/resumable.js'
 
 export type * from './types.js'
@@ -63,43 +66,11 @@ export {
 // Per-route settings and per-request state live behind symbols, out of the public types. A route's
 // settings are null when `config.digest` is false, and absent when the plugin never saw the route.
 type RouteConfig = FastifyContextConfig & { [kRouteSettings]?: Settings | null }
-type DigestRequest = FastifyRequest & {
-  [kPendingContent]?: PendingContent | null
-  [kVerifiedFiles]?: VerifiedFiles | null | false
-}
+type DigestRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null }
 
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
   return typeof (body as Readable | undefined)?.pipe === 'function'
-}
-
-/**
- * Takes back the `Connection: close` Fastify sets on a parser's error, leaving the field to Node
- * as for any other response. Node's removeHeader() marks the field removed (`_removedConnection`)
- * and would then send none at all, which alone would tell the failure apart.
- */
-function keepConnection (reply: FastifyReply): void {
-  reply.removeHeader('connection')
-  ;(reply.raw as { _removedConnection?: boolean })._removedConnection = false
-}
-
-/**
- * Removes the files saved with request.verifiedFiles() and not committed, before the answer goes: a
- * client that has it finds none of them. An onResponse hook would do it later, and would make
- * Fastify follow every response's end (without a logger it follows none).
- */
-function discardUncommitted (request: DigestRequest, payload: unknown, done: (error: Error | null, payload?: unknown) => void): void {
-  const files = request[kVerifiedFiles]
-  if (files == null || files === false) {
-    request[kVerifiedFiles] = false
-    done(null, payload)
-    return
-  }
-  // A file that cannot be removed is not at its destination: the answer goes, and the log says so.
-  files.discard().then(() => done(null, payload), (error) => {
-    request.log.error(uncommittedFileKept(error))
-    done(null, payload)
-  })
 }
 
 function routeName (route: RouteOptions): string {
@@ -165,25 +136,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       })
     }
 
-    // A route-level error handler answers the plugin's problems and hands every other error on to
-    // the application's handler (Fastify chains to the scope's handler when this one rethrows), so
-    // the application keeps setErrorHandler to itself.
-    const routeErrorHandler = route.errorHandler
-    if ((routeErrorHandler as { [kAnswersProblems]?: true } | undefined)?.[kAnswersProblems] === true) return
-    type Handler = (this: FastifyInstance, error: FastifyError, request: FastifyRequest, reply: FastifyReply) => unknown
-    const digestErrorHandler: Handler = function (error, request, reply) {
-      if (error instanceof DigestProblem) {
-        // Fastify closes the connection on a parser's error, as the client may still be sending; a
-        // verdict comes once the content is complete, so the connection stays as it would for
-        // any other answer (pipelined requests behind it are answered, and disclosure `none`
-        // does not tell a mismatch by a closing connection).
-        if (request.raw.complete) keepConnection(reply)
-        return sendProblem(error, request, reply)
-      }
-      if (routeErrorHandler !== undefined) return routeErrorHandler.call(this, error, request, reply)
-      throw error
-    }
-    route.errorHandler = Object.assign(digestErrorHandler, { [kAnswersProblems]: true as const })
+    // A route-level error handler answers the plugin's problems and hands every other error on.
+    answerProblems(route)
   })
 
   // The fields are judged, and the content taken over at its source, as soon as the route is known:
@@ -211,16 +165,16 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       done()
       return
     }
-    const attach = (pending: PendingContent | null): void => { request[kPendingContent] = pending }
+    const hook: RequestHook = { settingsOf, attached (pending) { request[kPendingContent] = pending }, done }
     if (resumable === null) {
-      verifyRequest(request, reply, settings, settingsOf, attach, done, null)
+      verifyRequest(request, reply, settings, hook, null)
       return
     }
     // The upload's state may have to be loaded: content that arrives meanwhile waits unread.
     startUpload(request, settings, resumable).then((upload) => {
       if (upload instanceof DigestProblem) return done(upload)
       request.resumableUpload = upload
-      verifyRequest(request, reply, settings, settingsOf, attach, done, upload)
+      verifyRequest(request, reply, settings, hook, { running: upload })
     }, done)
   })
 

@@ -7,7 +7,8 @@ import { DigestProblemError } from './errors.js'
 import type { FieldMap } from './request.js'
 import { CheckedResponse } from './checked.js'
 import { Relay } from './relay.js'
-import { integrityFields, type Asked, type CheckSettings } from './response.js'
+import { integrityFields } from '../fields/sections.js'
+import type { Asked, CheckSettings } from './response.js'
 
 /** A retry the interceptor is about to send, as its `onRetry` option is told. */
 export interface DigestRetry {

@@ -2,7 +2,7 @@
 import { timingSafeEqual, type Hash } from 'node:crypto'
 import { parseDictionary } from '../fields/dictionary.js'
 import { distinct, type Algorithm } from '../fields/algorithms.js'
-import type { Section } from '../request/judge-fields.js'
+import { integrityFields, type Section } from '../fields/sections.js'
 import { DigestMismatchError, DigestUnverifiableError, type ResponseDigestField } from './errors.js'
 import { contentCodings, UnencodedHasher } from '../fields/unencoded.js'
 
@@ -18,8 +18,6 @@ export interface CheckSettings {
   /** The most bytes a coded body is decoded to for its Unencoded-Digest. */
   readonly maxDecodedBody: number
 }
-
-export const integrityFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest', 'unencoded-digest']
 
 /** The algorithms a request's Want-* field asked for, by field; a field it did not name asks for every one. */
 export type Asked = Partial<Record<ResponseDigestField, readonly Algorithm[]>>

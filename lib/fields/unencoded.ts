@@ -4,7 +4,7 @@ import { finished, type Transform } from 'node:stream'
 import * as zlib from 'node:zlib'
 import type { Algorithm } from './algorithms.js'
 import { refusals, type GeneralFinding } from '../findings.js'
-import { codingsOf } from '../request/framing.js'
+import { listMembers } from './sections.js'
 
 // The content codings this plugin can remove (RFC 9110 section 8.4.1; zstd, RFC 8878, where the
 // running Node has it). x-gzip is gzip (RFC 9110 section 8.4.1.3).
@@ -28,7 +28,7 @@ type CodingStage = Transform & { bytesWritten: number }
  */
 export function contentCodings (contentEncoding: string | undefined): string[] | GeneralFinding {
   if (contentEncoding === undefined) return []
-  const codings = codingsOf(contentEncoding).filter((coding) => coding !== '' && coding !== 'identity')
+  const codings = listMembers(contentEncoding).filter((coding) => coding !== '' && coding !== 'identity')
   if (codings.length > maxCodings) {
     return refusals.tooManyCodings(maxCodings)
   }

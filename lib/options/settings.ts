@@ -1,6 +1,5 @@
 /** The plugin's and routes' options, checked and normalized once into the settings every request reads. */
 import type { FastifyRequest, LogLevel } from 'fastify'
-import { serializeDictionary, type Item } from 'structured-headers'
 import type {
   DigestAlgorithms,
   DigestDisclosure,
@@ -9,9 +8,19 @@ import type {
   ResponseDigestField,
   FastifyDigestFieldsOptions
 } from '../types.js'
-import type { FileDigestLimits } from '../response/file-digests.js'
 import { isUnimplementedAlgorithm, lookupAlgorithm, type Algorithm } from '../fields/algorithms.js'
-import { invalidOption } from '../errors.js'
+import { serializePreferences } from '../fields/preferences.js'
+import {
+  checkBoolean,
+  checkKeys,
+  checkObject,
+  checkOneOf,
+  checkResponseFields,
+  checkSize,
+  checkTimeout,
+  fail,
+  show
+} from './checks.js'
 import { integritySigner, type IntegritySigner } from './integrity-signatures.js'
 
 /** `config.digest.resumable`: whether a route creates uploads, or where an append's upload state is. */
@@ -41,15 +50,22 @@ export interface Settings {
   readonly signer: IntegritySigner | null
   /** The route takes resumable uploads: a running digest is carried between requests. */
   readonly resumable: ResumableSettings | null
-  /** How long a wait of the plugin's for the content lets it stand still (content-wait.ts). */
+  /** How long a wait of the plugin's for the content lets it stand still (request/content-wait.ts). */
   readonly stallTimeout: number
+}
+
+/** How the file digest cache is bounded, and which first responses wait for a file to be hashed. */
+export interface FileDigestLimits {
+  /** Files up to this size are hashed before their first response is sent. */
+  readonly hashBeforeSending: number
+  /** Versions of files whose digests are kept; the least recently used goes first. */
+  readonly maxEntries: number
 }
 
 const defaultAlgorithms = ['sha-256', 'sha-512'] as const
 const defaultProblemTypesBase = 'https://iana.org/assignments/http-problem-types'
 const disclosures: readonly DigestDisclosure[] = ['full', 'no-calculated-digest', 'none']
 const shapes: readonly DigestProblemTypes[] = ['draft-00', 'registered']
-export const responseFields: readonly ResponseDigestField[] = ['content-digest', 'repr-digest', 'unencoded-digest']
 const logLevels: readonly LogLevel[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']
 const routeKeys = [
   'algorithms', 'strictAlgorithms', 'required', 'disclosure', 'problemTypes', 'problemLogLevel', 'responseDigests',
@@ -61,37 +77,6 @@ const routeOnlyKeys = [...routeKeys, 'resumable']
 // Long enough for a writer that stops for a busy disk, short enough that a client is not kept waiting.
 const defaultStallTimeout = 10_000
 const fileDigestDefaults: FileDigestLimits = { hashBeforeSending: 4 * 1024 * 1024, maxEntries: 10_000 }
-
-/** A `Want-*` field: each key with its preference, as a structured-field dictionary (RFC 9530 section 4). */
-export function serializePreferences (preferences: ReadonlyMap<string, number>): string {
-  const dictionary = new Map<string, Item>()
-  for (const [key, weight] of preferences) dictionary.set(key, [weight, new Map()])
-  return serializeDictionary(dictionary)
-}
-
-function fail (where: string, message: string): never {
-  throw invalidOption(where, message)
-}
-
-function show (value: unknown): string {
-  if (typeof value === 'string') return `'${value}'`
-  return typeof value === 'number' ? String(value) : String(JSON.stringify(value) ?? value)
-}
-
-function checkKeys (where: string, options: object, allowed: readonly string[]): void {
-  for (const key of Object.keys(options)) {
-    if (!allowed.includes(key)) fail(where, `unknown option ${show(key)} (expected ${allowed.join(', ')})`)
-  }
-}
-
-function checkOneOf (where: string, name: string, allowed: readonly string[], value: string): void {
-  if (!allowed.includes(value)) fail(where, `${name} must be one of ${allowed.join(', ')}, got ${show(value)}`)
-}
-
-function checkBoolean (where: string, name: string, value: unknown): boolean {
-  if (typeof value !== 'boolean') fail(where, `${name} must be true or false, got ${show(value)}`)
-  return value
-}
 
 function resolveAlgorithm (where: string, key: unknown): Algorithm {
   const algorithm = typeof key === 'string' ? lookupAlgorithm(key) : undefined
@@ -189,29 +174,7 @@ function resumableSettings (where: string, value: unknown): ResumableSettings {
   return { creation: creation as boolean, loadState: loadState as ResumableSettings['loadState'] }
 }
 
-/** A list of the digest fields the plugin sends on responses. */
-export function checkResponseFields (where: string, name: string, fields: unknown): void {
-  if (!Array.isArray(fields) || !fields.every((field) => responseFields.includes(field))) {
-    fail(where, `${name} must be a list of ${responseFields.join(', ')}, got ${show(fields)}`)
-  }
-}
-
-function checkSize (where: string, name: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 0) {
-    fail(where, `${name} must be a whole number, got ${show(value)}`)
-  }
-  return value
-}
-
-function checkTimeout (where: string, name: string, value: unknown): number {
-  // setInterval() takes at most 2^31 - 1 ms.
-  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > 2 ** 31 - 1) {
-    fail(where, `${name} must be a whole number of milliseconds from 1 to 2147483647, got ${show(value)}`)
-  }
-  return value
-}
-
-/** The bounds of the plugin's file digest cache (file-digests.ts). */
+/** The bounds of the plugin's file digest cache (response/file-digests.ts). */
 export function fileDigestLimits (options: FastifyDigestFieldsOptions): FileDigestLimits {
   const { fileDigests = {} } = options
   checkObject('options.fileDigests', fileDigests)
@@ -221,12 +184,6 @@ export function fileDigestLimits (options: FastifyDigestFieldsOptions): FileDige
   return {
     hashBeforeSending: checkSize('options.fileDigests', 'hashBeforeSending', hashBeforeSending),
     maxEntries: checkSize('options.fileDigests', 'maxEntries', maxEntries)
-  }
-}
-
-function checkObject (where: string, value: unknown): asserts value is object {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    fail(where, `expected an options object, got ${show(value)}`)
   }
 }
 

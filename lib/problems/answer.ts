@@ -1,7 +1,6 @@
 /** The one way a problem leaves: as the reply's problem document, logged once. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { DigestProblem } from './problems.js'
-import { uploadCompleteOf } from '../uploads/resumable.js'
 
 /**
  * Makes the reply the problem, as RFC 9457 says, and returns its payload; logs what was found,
@@ -18,7 +17,10 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
     .code(problem.statusCode)
     .headers(problem.headers)
     .type('application/problem+json')
-  uploadCompleteOf(request, reply)
+  // Upload-Complete on a problem answering an upload creation or append (resumable uploads draft,
+  // "Upload Append"): ?1 once the whole upload failed its digest, so the client does not resume it.
+  const upload = request.resumableUpload
+  if (upload !== null) reply.header('upload-complete', upload.failed ? '?1' : '?0')
   // As a Buffer, so Fastify sends the media type as registered: JSON defines no charset parameter
   // (RFC 8259 section 11).
   return Buffer.from(reply.serializeInput(problem.document, problem.schema))
@@ -26,4 +28,12 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
 
 export function sendProblem (problem: DigestProblem, request: FastifyRequest, reply: FastifyReply): void {
   reply.send(answerWith(problem, request, reply))
+}
+
+/**
+ * A reader that listens for 'error' answers the problem (Fastify's parsers send it to the error
+ * handler); with none, nobody would, so the plugin does unless a reply went out already.
+ */
+export function answerUnheard (problem: DigestProblem, heard: boolean, request: FastifyRequest, reply: FastifyReply): void {
+  if (!heard && !reply.sent) sendProblem(problem, request, reply)
 }

@@ -17,7 +17,8 @@ import {
   type MismatchedValue,
   type UnsupportedAlgorithm
 } from '../findings.js'
-import { serializePreferences, type Settings } from '../options/settings.js'
+import { serializePreferences } from '../fields/preferences.js'
+import type { Settings } from '../options/settings.js'
 import {
   generalProblemSchema,
   invalidValueSchema,

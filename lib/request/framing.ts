@@ -2,6 +2,7 @@
 import type { FastifyRequest } from 'fastify'
 import type { Http2Stream } from 'node:http2'
 import { refusals, type GeneralFinding } from '../findings.js'
+import { listMembers } from '../fields/sections.js'
 
 /**
  * What the request's framing says about its content before any of it is read: its length in bytes
@@ -25,11 +26,6 @@ export function declaredLength (request: FastifyRequest): number {
 
 // RFC 9110 section 14.4: range-unit SP first-pos "-" last-pos "/" ( complete-length / "*" ).
 type InjectedOrHttp2 = { stream?: Http2Stream, _lightMyRequest?: { payload: unknown } }
-
-/** The members of a list of codings (RFC 9110 section 5.6.1), in lower case. */
-export function codingsOf (field: string): string[] {
-  return field.toLowerCase().split(',').map((coding) => coding.trim())
-}
 
 const rangeResp = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+ (\d+)-(\d+)\/(\d+|\*)$/
 
@@ -55,7 +51,7 @@ export function isPartial (contentRange: string | undefined): boolean {
  */
 export function keptTransferCoding (transferEncoding: string | undefined): GeneralFinding | null {
   if (transferEncoding === undefined) return null
-  const kept = codingsOf(transferEncoding).find((coding) => coding !== 'chunked')
+  const kept = listMembers(transferEncoding).find((coding) => coding !== 'chunked')
   if (kept === undefined) return null
   return refusals.transferCoding(kept)
 }

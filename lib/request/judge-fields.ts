@@ -12,6 +12,7 @@ import {
   type InvalidValue,
   type UnsupportedAlgorithm
 } from '../findings.js'
+import { isIntegrityField, listMembers, type Section } from '../fields/sections.js'
 import type { Settings } from '../options/settings.js'
 
 /** One digest value from an integrity field that the received content must match. */
@@ -51,9 +52,6 @@ const fields: readonly Field[] = [
   { name: 'Want-Unencoded-Digest', header: 'want-unencoded-digest', integrity: null }
 ]
 
-/** The integrity fields, by the names Node gives them. */
-export const integrityFields: readonly string[] = ['content-digest', 'repr-digest', 'unencoded-digest']
-
 /** True when the request carries none of the six fields and announces none in its trailer section. */
 export function hasNoDigestFields (headers: IncomingHttpHeaders): boolean {
   return headers['content-digest'] === undefined &&
@@ -69,13 +67,10 @@ export function hasNoDigestFields (headers: IncomingHttpHeaders): boolean {
 export function announcedFields (headers: IncomingHttpHeaders): string[] {
   const trailer = headers.trailer
   if (trailer === undefined) return []
-  return trailer.toLowerCase().split(',').map((name) => name.trim()).filter((name) => integrityFields.includes(name))
+  return listMembers(trailer).filter(isIntegrityField)
 }
 
 type Parsed = [Field, Members, string]
-
-/** A header or trailer section, as Node gives it. */
-export type Section = Readonly<Record<string, string | string[] | undefined>>
 
 function parse (section: Readonly<Record<string, string | string[] | undefined>>): Parsed[] | Finding {
   const present: Parsed[] = []

@@ -21,7 +21,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import { constants, type Http2Stream } from 'node:http2'
 import type { Socket } from 'node:net'
 import { Readable } from 'node:stream'
-import { integrityFields } from './judge-fields.js'
+import { integrityFields } from '../fields/sections.js'
 
 export type Source = Readable & {
   trailers?: IncomingHttpHeaders
@@ -66,6 +66,15 @@ export function closeRequest (source: Readable, error: Error): void {
   const { stream, socket } = source as Readable & { stream?: Http2Stream, socket?: Socket }
   if (stream !== undefined) stream.close(constants.NGHTTP2_CANCEL)
   else socket?.destroy()
+}
+
+/**
+ * Whether a request's content ended because its client left: Node's HTTP/2 compatibility layer
+ * ends a request whose stream was reset as if it were complete (onStreamCloseRequest pushes the end
+ * after 'aborted').
+ */
+export function isCutShort (source: Readable): boolean {
+  return (source as { aborted?: boolean }).aborted === true
 }
 
 /** Whether a trailer section carries an integrity field. */

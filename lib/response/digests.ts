@@ -7,7 +7,8 @@ import type { FileDigests } from './file-digests.js'
 import type { Settings } from '../options/settings.js'
 import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from '../symbols.js'
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
-import { addVary, chosen, field, preferencesOf, representationAlgorithm } from '../fields/preferences.js'
+import { chosen, preferencesOf } from '../fields/preferences.js'
+import { addVary, field, representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf, type Coverage, type FileReply } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 
@@ -124,13 +125,13 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     const contentAlgorithm = !covers.content
       ? null
       : wantContent !== null
-        ? chosen(settings, wantContent, () => true)
+        ? chosen(settings.algorithms, wantContent, () => true)
         : fields.has('content-digest') ? preferred : null
     // Every response that gets here has a representation (those without one went above).
     // An upload's answer without content sends the upload's digest so far, or none.
     const reprAlgorithm = upload === null
       ? representationAlgorithm(settings, wantRepr, fields.has('repr-digest'), isSupplied)
-      : wantRepr === null ? null : chosen(settings, wantRepr, isSupplied)
+      : wantRepr === null ? null : chosen(settings.algorithms, wantRepr, isSupplied)
     const reprSupplied = reprAlgorithm === null ? undefined : supplied?.[reprAlgorithm.key]
     sendDigestsOf(request, reply, payload, { contentAlgorithm, reprAlgorithm, reprSupplied, covers, files, settings })
       .then((sending) => done(null, sending), () => done(null, payload))

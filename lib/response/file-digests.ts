@@ -4,6 +4,7 @@ import { promisify } from 'node:util'
 import { open, stat } from 'node:fs/promises'
 import type { Algorithm } from '../fields/algorithms.js'
 import { digestsOf } from '../fields/unencoded.js'
+import type { FileDigestLimits } from '../options/settings.js'
 
 /** A file a response sends, or would send (HEAD, 304): its path, and the stream reading it if any. */
 export interface FileRef {
@@ -21,14 +22,6 @@ export type FileDigestValues = ReadonlyMap<Algorithm, Buffer>
 export interface FileDigestsFound {
   readonly values: FileDigestValues | null
   readonly settle: (values: FileDigestValues | null, sent: number) => Promise<boolean>
-}
-
-/** How the file digest cache is bounded, and which first responses wait for a file to be hashed. */
-export interface FileDigestLimits {
-  /** Files up to this size are hashed before their first response is sent. */
-  readonly hashBeforeSending: number
-  /** Versions of files whose digests are kept; the least recently used goes first. */
-  readonly maxEntries: number
 }
 
 // A file changed within this long of being hashed may have changed again within the same tick of
@@ -104,6 +97,30 @@ async function streamStatsOf (stream: ReadStream): Promise<BigIntStats> {
   return stats
 }
 
+/** Hashes the file through a descriptor of its own: null unless it still is the version of `stats` after. */
+async function hashFile (path: string, stats: BigIntStats, algorithms: readonly Algorithm[], codings: readonly string[]):
+Promise<Map<Algorithm, Buffer> | null> {
+  const handle = await open(path, 'r')
+  try {
+    const hasher = digestsOf(codings, algorithms)
+    const buffer = Buffer.allocUnsafe(chunkSize)
+    // Up to the size the version has: a file that grew or shrank meanwhile is another version.
+    let position = 0
+    while (position < stats.size) {
+      const { bytesRead } = await handle.read(buffer, 0, chunkSize, position)
+      if (bytesRead === 0) break
+      position += bytesRead
+      hasher.write(buffer.subarray(0, bytesRead))
+      await new Promise<void>((resolve) => hasher.whenDrained(resolve))
+    }
+    const result = await new Promise<Map<Algorithm, Buffer> | null>((resolve) => hasher.end(resolve))
+    const after = await handle.stat({ bigint: true })
+    return BigInt(position) === stats.size && versionOf(after) === versionOf(stats) ? result : null
+  } finally {
+    await handle.close()
+  }
+}
+
 /**
  * The digests of files by version (device, inode, size, modification and change times, and the
  * codings removed), so that a file is hashed once and a changed file never gets an old digest.
@@ -154,7 +171,7 @@ export class FileDigests {
     const job = `${version}|${missing.map((algorithm) => algorithm.key).join()}`
     let hashing = this.#hashing.get(job)
     if (hashing === undefined) {
-      hashing = this.#hash(file.path, stats, missing, codings).catch(() => null)
+      hashing = hashFile(file.path, stats, missing, codings).catch(() => null)
       this.#hashing.set(job, hashing)
       hashing.then(() => this.#hashing.delete(job))
     }
@@ -184,29 +201,5 @@ export class FileDigests {
       this.#entries.set(version, values)
     }
     return values
-  }
-
-  /** Hashes the file through a descriptor of its own: null unless it still is the version of `stats` after. */
-  async #hash (path: string, stats: BigIntStats, algorithms: readonly Algorithm[], codings: readonly string[]):
-  Promise<Map<Algorithm, Buffer> | null> {
-    const handle = await open(path, 'r')
-    try {
-      const hasher = digestsOf(codings, algorithms)
-      const buffer = Buffer.allocUnsafe(chunkSize)
-      // Up to the size the version has: a file that grew or shrank meanwhile is another version.
-      let position = 0
-      while (position < stats.size) {
-        const { bytesRead } = await handle.read(buffer, 0, chunkSize, position)
-        if (bytesRead === 0) break
-        position += bytesRead
-        hasher.write(buffer.subarray(0, bytesRead))
-        await new Promise<void>((resolve) => hasher.whenDrained(resolve))
-      }
-      const result = await new Promise<Map<Algorithm, Buffer> | null>((resolve) => hasher.end(resolve))
-      const after = await handle.stat({ bigint: true })
-      return BigInt(position) === stats.size && versionOf(after) === versionOf(stats) ? result : null
-    } finally {
-      await handle.close()
-    }
   }
 }

@@ -3,7 +3,7 @@ import type { FastifyReply } from 'fastify'
 import type { Stats } from 'node:fs'
 import type { StaticFileDigestsOptions } from '../types.js'
 import { invalidOption } from '../errors.js'
-import { checkResponseFields } from '../options/settings.js'
+import { checkResponseFields } from '../options/checks.js'
 import { kServedFile } from '../symbols.js'
 import type { ServedFile } from './coverage.js'
 

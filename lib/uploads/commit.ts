@@ -8,11 +8,15 @@ import type { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from '../types.js'
 import { unverifiedRoute } from '../errors.js'
-import { kPendingContent, kRouteSettings } from '../symbols.js'
-import type { PendingContent } from '../request/verifier.js'
+import type { PendingContent } from '../request/pending-content.js'
+import { isCutShort } from '../request/source.js'
+import { kPendingContent, kRouteSettings, kVerifiedFiles } from '../symbols.js'
 import { uncommittedFileKept } from '../warnings.js'
 
-type VerdictRequest = FastifyRequest & { [kPendingContent]?: PendingContent | null }
+type VerdictRequest = FastifyRequest & {
+  [kPendingContent]?: PendingContent | null
+  [kVerifiedFiles]?: VerifiedFiles | null | false
+}
 
 /**
  * The request's verdict: what was verified, or null when the content had no integrity field; the
@@ -50,6 +54,21 @@ async function removeSaved ({ partial, writer }: Saved): Promise<void> {
   await rm(partial, { force: true })
 }
 
+/**
+ * A client that leaves before its content ended leaves nothing behind. (A request stream also
+ * closes after its end, when the handler may still commit; an HTTP/2 request cut short says it is
+ * complete, and aborted.)
+ */
+function discardWhenClientLeaves (request: FastifyRequest, files: VerifiedFiles): void {
+  const raw = request.raw
+  raw.once('close', () => {
+    // Content that verified was complete, though the plugin may have closed its stream since.
+    const pending = (request as VerdictRequest)[kPendingContent]
+    const verified = pending?.settled === true && pending.failure === null
+    if (isCutShort(raw) || (!verified && !raw.complete)) files.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
+  })
+}
+
 /** Files written beside their destinations, moved into place once the whole request verified. */
 export class VerifiedFiles implements VerifiedFilesApi {
   readonly #request: FastifyRequest
@@ -65,17 +84,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
   constructor (request: FastifyRequest, answered: boolean) {
     this.#request = request
     this.#settled = answered
-    if (answered) return
-    // A client that leaves before its content ended leaves nothing behind. (A request stream also
-    // closes after its end, when the handler may still commit; an HTTP/2 request cut short says it
-    // is complete, and aborted.)
-    const raw = request.raw as FastifyRequest['raw'] & { aborted?: boolean }
-    raw.once('close', () => {
-      // Content that verified was complete, though the plugin may have closed its stream since.
-      const pending = (request as VerdictRequest)[kPendingContent]
-      const verified = pending?.settled === true && pending.failure === null
-      if (raw.aborted === true || (!verified && !raw.complete)) this.discard().catch((error) => request.log.error(uncommittedFileKept(error)))
-    })
+    if (!answered) discardWhenClientLeaves(request, this)
   }
 
   /**
@@ -155,4 +164,24 @@ export class VerifiedFiles implements VerifiedFilesApi {
     this.#removed = Promise.all([this.#removed.catch(() => {}), ...removals]).then(() => {})
     await this.#removed
   }
+}
+
+/**
+ * Removes the files saved with request.verifiedFiles() and not committed, before the answer goes: a
+ * client that has it finds none of them. An onResponse hook would do it later, and would make
+ * Fastify follow every response's end (without a logger it follows none).
+ */
+export function discardUncommitted (request: FastifyRequest, payload: unknown,
+  done: (error: Error | null, payload?: unknown) => void): void {
+  const files = (request as VerdictRequest)[kVerifiedFiles]
+  if (files == null || files === false) {
+    (request as VerdictRequest)[kVerifiedFiles] = false
+    done(null, payload)
+    return
+  }
+  // A file that cannot be removed is not at its destination: the answer goes, and the log says so.
+  files.discard().then(() => done(null, payload), (error) => {
+    request.log.error(uncommittedFileKept(error))
+    done(null, payload)
+  })
 }

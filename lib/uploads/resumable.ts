@@ -4,7 +4,7 @@
  * source like any content, carried from one request to the next as a state the application stores
  * with the upload, and compared when a request completes the upload.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyRequest } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
 import { parseItem } from 'structured-headers'
 import type { DigestAlgorithm, ResumableUpload } from '../types.js'
@@ -177,7 +177,7 @@ Promise<RunningUpload | DigestProblem | null> {
     if (findings.length > 0) return null
     const expected = expectations.filter(({ field }) => field === 'repr-digest')
     const wanted = preferencesOf(headers['want-repr-digest'])
-    const want = wanted === null ? [] : [chosen(settings, wanted, () => true)].filter((one) => one !== null)
+    const want = wanted === null ? [] : [chosen(settings.algorithms, wanted, () => true)].filter((one) => one !== null)
     const algorithms = distinct([...expected.map(({ algorithm }) => algorithm), ...want])
     await Promise.all(algorithms.map(async ({ key }) => await prepareHasher(key)))
     const hashes = algorithms.map(({ key }) => initialState(key))
@@ -192,12 +192,6 @@ Promise<RunningUpload | DigestProblem | null> {
   if (provided !== state.offset) return mismatchingOffset(settings, state.offset, provided)
   await Promise.all(state.algorithms.map(async ({ key }) => await prepareHasher(key)))
   return new RunningUpload(false, complete, state)
-}
-
-/** Upload-Complete on the plugin's problem answering a creation or append (draft section "Upload Append"). */
-export function uploadCompleteOf (request: FastifyRequest, reply: FastifyReply): void {
-  const upload = request.resumableUpload as RunningUpload | null
-  if (upload !== null) reply.header('upload-complete', upload.failed ? '?1' : '?0')
 }
 
 /**
