@@ -2,7 +2,7 @@
  * Dictionary fields (RFC 9651 section 4.2.2) as clients write digest fields: members `key=:base64:`
  * and `key=N`, separated by commas. That form is read here in one pass; anything else, valid or
  * not, is read by structured-headers, whose result this one equals on every input it takes, with
- * byte sequences as Buffers (test/dictionary.test.ts checks both over the structured field test
+ * byte sequences as Buffers (test/fields/dictionary.test.ts checks both over the structured field test
  * corpus and generated fields).
  */
 import { parseDictionary as parseAnyDictionary, type BareItem, type InnerList, type Parameters } from 'structured-headers'
