@@ -1,22 +1,21 @@
-import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, truncateSync, writeFileSync } from 'node:fs'
-import { createServer } from 'node:http'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { connect as h2connect, constants as h2constants } from 'node:http2'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { PassThrough, Readable, Writable } from 'node:stream'
+import { Readable, Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import { brotliCompressSync, constants as zlib } from 'node:zlib'
 import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import fastifyMultipart from '@fastify/multipart'
-import fastifyStatic from '@fastify/static'
-import { Agent, request } from 'undici'
-import fastifyDigestFields, { staticFileDigests } from '../../lib/index.js'
-import { digestInterceptor } from '../../lib/client.js'
-import { fuzzSeed, h2Request, listen, member, seededBytes, serving, watchProcess, type Tap } from '../helpers.js'
+import { request } from 'undici'
+import fastifyDigestFields from '../../lib/index.js'
+import { fuzzSeed, h2Request, listen, member, seededBytes, watchProcess, type Tap } from '../helpers.js'
 
-// What the third attack (issue 25) found, pinned: each test is named after the failure it found.
+// What the third attack (issue 25) found of the plugin's waits, pinned, each test named after the
+// failure it found: a reply held for content nobody reads, a client or reader that stands still, a
+// reader let go before the end. (Its other findings are in stored-upload-states, file-rewritten-
+// while-sent and client-decompression-bomb.)
 
 t.comment(`seed ${fuzzSeed}`)
 const wrong = `sha-256=:${Buffer.alloc(32).toString('base64')}:`
@@ -170,154 +169,6 @@ t.test('commit() and digestVerdict() on a route with config.digest: false throw 
   }
   t.same(readdirSync(dir), [], 'nothing committed')
 })
-
-t.test('a bad stored resumable state is refused, where it crashed the process', async (t) => {
-  const escaped = watchProcess(t)
-  const app = Fastify()
-  t.teardown(() => app.close())
-  await app.register(fastifyDigestFields)
-  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-  let stored = ''
-  app.post('/', { config: { digest: { resumable: { creation: true } } } }, async (request) => {
-    await pipeline(request.raw, new PassThrough().resume())
-    stored = request.resumableUpload?.state() ?? ''
-    return {}
-  })
-  app.patch('/', { config: { digest: { resumable: { loadState: () => stored } } } }, async () => ({}))
-  const port = await listen(app)
-  const first = Buffer.from('0123456789')
-  const whole = Buffer.concat([first, Buffer.from('abcdef')])
-  const created = await request(`http://127.0.0.1:${port}/`, {
-    method: 'POST', body: first, headers: { 'upload-complete': '?0', 'repr-digest': `${member('sha-256', whole)}, ${member('sha-512', whole)}` }
-  })
-  t.equal(created.statusCode, 200)
-  await created.body.dump()
-  const state = JSON.parse(stored)
-  const damaged = (change: (hashes: Record<string, Buffer>, expected: Record<string, string>) => void): string => {
-    const hashes = Object.fromEntries(Object.entries(state.hashes as Record<string, string>).map(([key, value]) => [key, Buffer.from(value, 'base64')]))
-    const expected = { ...state.expected }
-    change(hashes, expected)
-    return JSON.stringify({ ...state, expected, hashes: Object.fromEntries(Object.entries(hashes).map(([key, value]) => [key, value.toString('base64')])) })
-  }
-  const cases: Array<[string, string]> = [
-    ['an expected digest cut short', damaged((_hashes, expected) => { expected['sha-256'] = expected['sha-256']?.slice(0, 20) as string })],
-    ['a sha-256 digest length of 2^32 - 1', damaged((hashes) => { hashes['sha-256']?.writeUInt32LE(0xffffffff, 108) })],
-    ['a sha-512 digest length of 300', damaged((hashes) => { hashes['sha-512']?.writeUInt32LE(300, 204) })]
-  ]
-  for (const [what, bad] of cases) {
-    stored = bad
-    const append = await request(`http://127.0.0.1:${port}/`, {
-      method: 'PATCH',
-      body: 'abcdef',
-      headers: { 'content-type': 'application/partial-upload', 'upload-offset': '10', 'upload-complete': '?1' }
-    })
-    t.equal(append.statusCode, 400, what)
-    t.match(await append.body.json(), { detail: 'the upload cannot be resumed: the state stored with it does not read' })
-  }
-  t.same(escaped, [], 'the process lives')
-})
-
-t.test('a large static file rewritten while its first response streams is cut short, not delivered as complete', async (t) => {
-  const root = folder(t)
-  const path = join(root, 'large.bin')
-  const original = seededBytes(32 * 1024 * 1024, fuzzSeed + 3)
-  const app = Fastify()
-  t.teardown(() => app.close())
-  await app.register(fastifyDigestFields, { fileDigests: { hashBeforeSending: 64 * 1024 } })
-  await app.register(fastifyStatic, { root, setHeaders: staticFileDigests() })
-  const port = await listen(app)
-  const get = async (headers: Record<string, string> = {}): Promise<import('undici').Dispatcher.ResponseData> =>
-    await request(`http://127.0.0.1:${port}/large.bin`, { headers, highWaterMark: 16 * 1024 } as object)
-
-  // Truncated and written again in place: neither version.
-  writeFileSync(path, original)
-  const rewritten = await get()
-  t.equal(rewritten.headers['content-length'], undefined, 'a large file first streams with trailer digests')
-  truncateSync(path, 0)
-  writeFileSync(path, seededBytes(100_000, fuzzSeed + 4))
-  await t.rejects(rewritten.body.arrayBuffer(), 'the response is cut short')
-
-  // A range of it, likewise.
-  writeFileSync(path, original)
-  const range = await get({ range: `bytes=0-${original.length - 1000}` })
-  t.equal(range.statusCode, 206)
-  truncateSync(path, 1000)
-  await t.rejects(range.body.arrayBuffer(), 'a range cut short too')
-
-  // Another file renamed over it: the response sends the file it opened, whole.
-  writeFileSync(path, original)
-  const replaced = await get()
-  writeFileSync(join(root, 'next.bin'), seededBytes(1000, fuzzSeed + 5))
-  renameSync(join(root, 'next.bin'), path)
-  t.ok(Buffer.from(await replaced.body.arrayBuffer()).equals(original), 'the bytes of the file it opened')
-  t.equal(replaced.trailers['content-digest'], member('sha-256', original), 'and their digest')
-})
-
-t.test('the client no longer decodes a decompression bomb without bound', async (t) => {
-  const decoded = Buffer.alloc(64 * 1024 * 1024)
-  const bomb = brotliCompressSync(decoded, { params: { [zlib.BROTLI_PARAM_QUALITY]: 5 } })
-  const small = Buffer.alloc(1024 * 1024, 'a')
-  const coded = brotliCompressSync(small)
-  const origin = await serving(t, createServer((req, res) => {
-    const [body, unencoded] = req.url === '/bomb' ? [bomb, decoded] : req.url === '/wrong' ? [coded, Buffer.from('other')] : [coded, small]
-    res.writeHead(200, { 'content-encoding': 'br', 'unencoded-digest': member('sha-256', unencoded), 'content-length': body.length })
-    res.end(body)
-  }))
-  const strict = new Agent().compose(digestInterceptor({ unverifiable: 'require', maxDecodedBody: 8 * 1024 * 1024 }))
-  t.teardown(() => strict.close())
-  const bombed = await request(`${origin}/bomb`, { dispatcher: strict })
-  const error = await bombed.body.arrayBuffer().then(() => null, (error: Error) => error)
-  t.match(error, { name: 'DigestUnverifiableError' }, 'unverifiable, not decoded to its end')
-  t.match(error?.message, /more than 8388608 bytes/)
-  const relaxed = new Agent().compose(digestInterceptor())
-  t.teardown(() => relaxed.close())
-  const ignored = await request(`${origin}/bomb`, { dispatcher: relaxed })
-  t.equal(Buffer.from(await ignored.body.arrayBuffer()).length, bomb.length, 'with unverifiable: ignore, the body as sent')
-  const honest = await request(`${origin}/small`, { dispatcher: strict })
-  t.equal(Buffer.from(await honest.body.arrayBuffer()).length, coded.length, 'a body within the bound is checked')
-  const lying = await request(`${origin}/wrong`, { dispatcher: strict })
-  await t.rejects(lying.body.arrayBuffer(), { name: 'DigestMismatchError' }, 'and a wrong one still fails')
-})
-
-t.test('after a failed completion state() is the state the request started from, and a completed upload takes no append', async (t) => {
-  const app = Fastify()
-  t.teardown(() => app.close())
-  await app.register(fastifyDigestFields)
-  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-  let stored = ''
-  let after: string | null = null
-  const handler = async (request: import('fastify').FastifyRequest): Promise<object> => {
-    try {
-      await pipeline(request.raw, new PassThrough().resume())
-      stored = request.resumableUpload?.state() ?? ''
-    } finally {
-      after = request.resumableUpload?.state() ?? null
-    }
-    return {}
-  }
-  app.post('/', { config: { digest: { resumable: { creation: true } } } }, handler)
-  app.patch('/', { config: { digest: { resumable: { loadState: () => stored } } } }, handler)
-  const whole = seededBytes(64, fuzzSeed + 6)
-  const append = async (body: Buffer, offset: number): Promise<number> => (await app.inject({
-    method: 'PATCH',
-    url: '/',
-    payload: body,
-    headers: { 'content-type': 'application/partial-upload', 'upload-offset': String(offset), 'upload-complete': '?1' }
-  })).statusCode
-  t.equal((await app.inject({ method: 'POST', url: '/', payload: whole.subarray(0, 10), headers: { 'upload-complete': '?0', 'repr-digest': member('sha-256', whole) } })).statusCode, 200)
-  const started = stored
-  const flipped = Buffer.from(whole.subarray(10))
-  flipped.writeUInt8(flipped.readUInt8(5) ^ 1, 5)
-  t.equal(await append(flipped, 10), 400)
-  t.equal(after, started, 'the state the request started from, not one covering the refused bytes')
-  t.equal(JSON.parse(String(after)).offset, 10)
-  t.equal(await append(whole.subarray(10), 10), 200, 'the upload completes with the right bytes')
-  t.equal(JSON.parse(stored).complete, true, 'its state says it is complete')
-  t.equal(await append(Buffer.from('more'), 64), 400, 'an append to the completed upload is refused')
-  t.equal(JSON.parse(stored).offset, 64, 'and the upload is unchanged')
-})
-
-// The attack on the fixes above found these, pinned here too.
 
 t.test('HTTP/2: a stream left open while a reply waits is reset, where its unheard error took the process down', async (t) => {
   const escaped = watchProcess(t)
