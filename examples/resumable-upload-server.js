@@ -126,6 +126,8 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     try {
       await pipeline(request.raw, writer, { signal })
     } catch (error) {
+      // A file still being opened when the content failed would be created after it was removed.
+      if (!writer.closed) await new Promise((resolve) => writer.once('close', resolve))
       if (upload.creation || upload.failed) await cancel(id)
       else await truncate(part, upload.offset)
       throw error
