@@ -9,6 +9,7 @@
 import type { Dispatcher } from 'undici'
 import { lookupAlgorithm, type Algorithm } from './fields/algorithms.js'
 import { DigestHandler, type ClientSettings, type DigestRetry } from './client/handler.js'
+import { currentHandler } from './client/legacy-handler.js'
 import { Relay } from './client/relay.js'
 import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client/request.js'
 import { invalidOption } from './errors.js'
@@ -94,14 +95,21 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
 }
 
 /**
+ * An interceptor for `compose()` of an undici 7 or 8 dispatcher: generic, since the two majors type
+ * dispatch differently (in handler methods the interceptor passes on as they are).
+ */
+export type DigestInterceptor = <Dispatch extends (options: never, handler: never) => boolean>(dispatch: Dispatch) => Dispatch
+
+/**
  * An undici interceptor, for `dispatcher.compose()`, that adds digests to requests whose content
  * it can know, checks the digests of responses as they stream, and retries once after a digest
  * problem a retry can fix. Compose it first, nearest the connection, so that it sees the bytes as
  * they cross the wire.
  */
-export function digestInterceptor (options: DigestInterceptorOptions = {}): Dispatcher.DispatcherComposeInterceptor {
+export function digestInterceptor (options: DigestInterceptorOptions = {}): DigestInterceptor {
   const settings = clientSettings(options)
-  return (dispatch) => function dispatchWithDigests (opts, handler) {
+  const intercept: Dispatcher.DispatcherComposeInterceptor = (dispatch) => function dispatchWithDigests (opts, given) {
+    const handler = currentHandler(given)
     // An upgrade or a tunnel has no content of its own to check.
     if ((opts.upgrade ?? false) !== false || opts.method === 'CONNECT') return dispatch(opts, handler)
     const fields = fieldsOf(opts.headers)
@@ -130,4 +138,5 @@ export function digestInterceptor (options: DigestInterceptorOptions = {}): Disp
     })
     return true
   }
+  return intercept as unknown as DigestInterceptor
 }

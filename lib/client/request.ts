@@ -1,5 +1,4 @@
 /** A request as the interceptor sends it: its header fields by lower-case name, and its content's bytes when known. */
-import { Response as UndiciResponse } from 'undici'
 
 /** Header fields by lower-case name, as the interceptor edits them. */
 export type FieldMap = Record<string, string | string[]>
@@ -73,10 +72,11 @@ export async function readContent (body: unknown, limit: number): Promise<Conten
   // By their tag, as undici does: the FormData of the undici package is not Node's global one.
   const tag = (body as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
   if (tag === 'FormData' || tag === 'Blob' || tag === 'File') {
-    // Each Response serializes its own realm's FormData: Node's, or the undici package's.
-    const response = body instanceof FormData || body instanceof Blob
-      ? new Response(body)
-      : new UndiciResponse(body as ConstructorParameters<typeof UndiciResponse>[0])
+    // Each Response serializes its own realm's FormData: Node's, or the undici package's, loaded
+    // only then, so that the client entry loads whichever undici the application has, or none.
+    const Serializer = (body instanceof FormData || body instanceof Blob ? Response : (await import('undici')).Response) as
+      unknown as new (body: unknown) => Response
+    const response = new Serializer(body)
     const contentType = response.headers.get('content-type') ?? undefined
     const bytes = Buffer.from(await response.arrayBuffer())
     return bytes.length <= limit ? { bytes, body: bytes, contentType } : { bytes: null, body: bytes, contentType }

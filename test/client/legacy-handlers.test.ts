@@ -1,0 +1,114 @@
+// Handlers of undici's older shape (onConnect, onHeaders, onData, onComplete, onError), converted by
+// the interceptor since undici 8's compose() no longer does (test/client/undici-8.test.ts has the
+// undici 8 Agent): here through the interceptor on an undici 7 Agent without its compose(), on
+// every Node, and method by method against a recording controller.
+import { createServer, type ServerResponse } from 'node:http'
+import t from 'tap'
+import { Agent, type Dispatcher } from 'undici'
+import { digestInterceptor } from '../../lib/client.js'
+import { currentHandler } from '../../lib/client/legacy-handler.js'
+import { member, serving } from '../helpers.js'
+
+const content = Buffer.from('content of the older shape')
+
+t.test('over a socket: an older handler gets raw sections, its pause is kept until it resumes, a mismatch reaches onError', async (t) => {
+  const origin = await serving(t, createServer((request, response: ServerResponse) => {
+    response.writeHead(200, { trailer: 'content-digest', 'set-cookie': ['a=1', 'b=2'] })
+    response.write(content)
+    response.addTrailers({ 'content-digest': member('sha-256', request.url === '/wrong' ? 'other' : content) })
+    response.end()
+  }))
+  const agent = new Agent()
+  t.teardown(() => agent.close())
+  // The interceptor without compose(), which in undici 7 would convert the handler before it.
+  const dispatch = digestInterceptor()(agent.dispatch.bind(agent) as never) as (options: object, handler: object) => boolean
+  const send = async (path: string): Promise<{ head: string[], chunks: Buffer[], trailers: string[] | null, error: Error | null }> =>
+    await new Promise((resolve) => {
+      const got = { head: [] as string[], chunks: [] as Buffer[], trailers: null as string[] | null, error: null as Error | null }
+      dispatch({ origin, path, method: 'GET' }, {
+        onConnect () {},
+        onHeaders (_status: number, raw: Buffer[], resume: () => void) {
+          got.head = raw.map(String)
+          setImmediate(resume)
+          return false
+        },
+        onData (chunk: Buffer) { got.chunks.push(chunk); return true },
+        onComplete (raw: Buffer[]) { got.trailers = raw.map(String); resolve(got) },
+        onError (error: Error) { got.error = error; resolve(got) }
+      })
+    })
+  const right = await send('/right')
+  t.equal(right.error, null)
+  t.same(right.head.filter((_, i) => right.head[i - 1] === 'set-cookie'), ['a=1', 'b=2'], 'a field of two values, a pair each')
+  t.equal(Buffer.concat(right.chunks).toString(), content.toString())
+  t.same(right.trailers, ['content-digest', member('sha-256', content)])
+  const wrong = await send('/wrong')
+  t.match(wrong.error, { name: 'DigestMismatchError' })
+  t.equal(wrong.trailers, null, 'never completed')
+})
+
+/** A controller that records what is asked of it. */
+function recorder (): Dispatcher.DispatchController & { calls: string[] } {
+  const calls: string[] = []
+  return {
+    calls,
+    aborted: false,
+    paused: false,
+    reason: null,
+    abort (reason: Error) { calls.push(`abort ${reason.message}`) },
+    pause () { calls.push('pause') },
+    resume () { calls.push('resume') }
+  }
+}
+
+t.test('each method of the converted handler, with the older method present or absent', async (t) => {
+  const controller = recorder()
+  const seen: unknown[] = []
+  const handler = currentHandler({
+    onConnect (abort: (reason?: Error) => void, context: unknown) { seen.push(['connect', context]); abort(); abort(new Error('why')) },
+    onUpgrade (status: number, raw: Buffer[]) { seen.push(['upgrade', status, raw.map(String)]) },
+    onHeaders (status: number, raw: Buffer[], resume: () => void, text: string) { seen.push(['headers', status, raw.map(String), text]); resume(); return false },
+    onData (chunk: Buffer) { seen.push(['data', String(chunk)]); return false },
+    onComplete (raw: Buffer[]) { seen.push(['complete', raw.map(String)]) },
+    onError (error: Error) { seen.push(['error', error.message]) }
+  } as never)
+  handler.onRequestStart?.(controller, { context: 1 })
+  handler.onRequestUpgrade?.(controller, 101, { upgrade: 'websocket', gone: undefined }, null as never)
+  handler.onResponseStart?.(controller, 200, { a: ['1', '2'] })
+  handler.onResponseData?.(controller, Buffer.from('x'))
+  handler.onResponseEnd?.(controller, {})
+  handler.onResponseError?.(controller, new Error('failed'))
+  t.same(seen, [
+    ['connect', { context: 1 }],
+    ['upgrade', 101, ['upgrade', 'websocket']],
+    ['headers', 200, ['a', '1', 'a', '2'], ''],
+    ['data', 'x'],
+    ['complete', []],
+    ['error', 'failed']
+  ])
+  t.same(controller.calls, ['abort aborted', 'abort why', 'resume', 'pause', 'pause'])
+
+  // A handler of the older shape with onError alone: the rest is not called, and asks nothing.
+  const bare = recorder()
+  const errorsOnly = currentHandler({ onError () {} } as never)
+  errorsOnly.onRequestStart?.(bare, {})
+  errorsOnly.onRequestUpgrade?.(bare, 101, {}, null as never)
+  errorsOnly.onResponseStart?.(bare, 200, {}, 'OK')
+  errorsOnly.onResponseData?.(bare, Buffer.from('x'))
+  errorsOnly.onResponseEnd?.(bare, {})
+  errorsOnly.onResponseError?.(bare, new Error('failed'))
+  t.same(bare.calls, [])
+  const headersOnly = currentHandler({ onHeaders: () => true } as never)
+  headersOnly.onResponseError?.(bare, new Error('failed'))
+  t.same(bare.calls, [], 'an older handler without onError is not called for an error')
+})
+
+t.test('handlers of the current shape are used as they are; a handler of neither shape is refused', async (t) => {
+  const current = { onResponseStart () {} }
+  t.equal(currentHandler(current as never), current)
+  const upgrade = { onRequestUpgrade () {} }
+  t.equal(currentHandler(upgrade as never), upgrade, 'one for an upgrade')
+  for (const neither of [{}, null, { onData () {} }]) {
+    t.throws(() => currentHandler(neither as never), { code: 'FST_DIGEST_FIELDS_INVALID_OPTION', message: /older shape/ })
+  }
+})
