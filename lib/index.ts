@@ -220,5 +220,5 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   })
 }
 
-export const fastifyDigestFields = fp(plugin, { fastify: '5.x', name: 'fastify-digest-fields' })
+export const fastifyDigestFields = fp(plugin, { fastify: '5.x || 6.x', name: 'fastify-digest-fields' })
 export default fastifyDigestFields

@@ -5,7 +5,7 @@
  * 10 GiB of address space, and a process has room for some thousands). A stored state is checked
  * whole before it is loaded: a bad digest length would make hash-wasm write past its state.
  */
-import { createMD5, createSHA1, createSHA256, createSHA512, type IHasher } from 'hash-wasm'
+import type { IHasher } from 'hash-wasm'
 import type { DigestAlgorithm } from '../types.js'
 
 /**
@@ -13,7 +13,8 @@ import type { DigestAlgorithm } from '../types.js'
  * the block being filled, the count of bytes hashed, the digest length, and bytes always zero.
  */
 interface Layout {
-  readonly create: () => Promise<IHasher>
+  /** hash-wasm's function that makes an instance (hash-wasm is loaded when the first upload needs one). */
+  readonly create: 'createSHA256' | 'createSHA512' | 'createMD5' | 'createSHA1'
   readonly size: number
   readonly tag: number
   readonly block: number
@@ -27,7 +28,7 @@ interface Layout {
 
 const layouts: Readonly<Record<DigestAlgorithm, Layout>> = {
   'sha-256': {
-    create: createSHA256,
+    create: 'createSHA256',
     size: 116,
     tag: 0x8ed695a3,
     block: 64,
@@ -38,7 +39,7 @@ const layouts: Readonly<Record<DigestAlgorithm, Layout>> = {
     zero: [112, 116]
   },
   'sha-512': {
-    create: createSHA512,
+    create: 'createSHA512',
     size: 212,
     tag: 0x922e1bd0,
     block: 128,
@@ -50,7 +51,7 @@ const layouts: Readonly<Record<DigestAlgorithm, Layout>> = {
   },
   // md5's block[16] after its buffer is never used.
   md5: {
-    create: createMD5,
+    create: 'createMD5',
     size: 156,
     tag: 0xdc3031df,
     block: 64,
@@ -61,7 +62,7 @@ const layouts: Readonly<Record<DigestAlgorithm, Layout>> = {
     zero: [92, 156]
   },
   sha: {
-    create: createSHA1,
+    create: 'createSHA1',
     size: 96,
     tag: 0xa5f2c72b,
     block: 64,
@@ -75,10 +76,13 @@ const layouts: Readonly<Record<DigestAlgorithm, Layout>> = {
 
 const hashers = new Map<DigestAlgorithm, IHasher>()
 
-/** Makes the algorithm's one instance, the first time an upload needs it. */
+/**
+ * Makes the algorithm's one instance, the first time an upload needs it: hash-wasm is loaded only
+ * then, so that an application without resumable uploads never loads it.
+ */
 export async function prepareHasher (key: DigestAlgorithm): Promise<void> {
   if (!hashers.has(key)) {
-    const hasher = await layouts[key].create()
+    const hasher = await (await import('hash-wasm'))[layouts[key].create]()
     // Two uploads can ask at once: the first instance made is the one kept.
     if (!hashers.has(key)) hashers.set(key, hasher)
   }
