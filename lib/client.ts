@@ -128,7 +128,8 @@ export function digestInterceptor (options: DigestInterceptorOptions = {}): Dige
       }
       const first = field === null ? null : settings.preferred[0] as Algorithm
       const replayable = bytes !== null || body === null || body === undefined
-      const digestHandler = new DigestHandler(settings, handler, opts.method, base, replayable, first, send)
+      const request = { origin: String(opts.origin), method: opts.method, path: opts.path }
+      const digestHandler = new DigestHandler(settings, handler, request, base, replayable, first, send)
       return send(first)
     }
     const known = knownContent(opts.body)

@@ -1,11 +1,29 @@
 /** A response on its way to the consumer: hashed as it passes, its last kilobyte and end held until the verdict. */
 import type { IncomingHttpHeaders } from 'node:http'
 import type { Dispatcher } from 'undici'
-import type { Relay } from './relay.js'
-import { responseCheck, type Asked, type CheckSettings, type ResponseCheck } from './response.js'
+import { channels } from '../channels.js'
 import { HeldContent } from '../fields/held-content.js'
+import type { Relay } from './relay.js'
+import { responseCheck, type Asked, type Checked, type CheckSettings, type ResponseCheck } from './response.js'
 
 type Handler = Dispatcher.DispatchHandler
+
+/** The request a response answers, as the client's diagnostics channels name it. */
+export interface SentRequest {
+  readonly origin: string
+  readonly method: string
+  readonly path: string
+}
+
+/** Tells the subscribers of the client's channels what a response's check found. */
+function publishCheck (request: SentRequest, error: Error | null, checked: readonly Checked[]): void {
+  if (error !== null && channels.clientFailed.hasSubscribers) channels.clientFailed.publish({ request, error })
+  if (error === null && checked.length > 0 && channels.clientVerified.hasSubscribers) {
+    const fields = [...new Set(checked.map(({ field }) => field))]
+    const algorithms = [...new Set(checked.map(({ algorithm }) => algorithm))]
+    channels.clientVerified.publish({ request, fields, algorithms })
+  }
+}
 
 /**
  * The consumer's side of one response. The last kilobyte is held as the server holds a request's,
@@ -16,21 +34,21 @@ export class CheckedResponse {
   readonly #handler: Handler
   readonly #relay: Relay
   readonly #settings: CheckSettings
-  readonly #method: string
+  readonly #request: SentRequest
   readonly #asked: Asked
   #check: ResponseCheck | null = null
   #held = new HeldContent(null)
 
-  constructor (handler: Handler, relay: Relay, settings: CheckSettings, method: string, asked: Asked) {
+  constructor (handler: Handler, relay: Relay, settings: CheckSettings, request: SentRequest, asked: Asked) {
     this.#handler = handler
     this.#relay = relay
     this.#settings = settings
-    this.#method = method
+    this.#request = request
     this.#asked = asked
   }
 
   start (statusCode: number, headers: IncomingHttpHeaders, statusMessage: string | undefined): void {
-    this.#check = responseCheck(this.#method, statusCode, headers, this.#settings, this.#asked)
+    this.#check = responseCheck(this.#request.method, statusCode, headers, this.#settings, this.#asked)
     this.#held = new HeldContent(null)
     this.#handler.onResponseStart?.(this.#relay, statusCode, headers, statusMessage)
   }
@@ -52,7 +70,8 @@ export class CheckedResponse {
       return
     }
     let deciding = true
-    check.end(trailers, (error) => {
+    check.end(trailers, (error, checked) => {
+      publishCheck(this.#request, error, checked)
       if (error === null) this.#release(trailers)
       // Told on a later turn when the verdict came at once: fetch() never settles a small body
       // whose error comes in the same parser pass as its last data, before its stream pulled.

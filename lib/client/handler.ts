@@ -5,7 +5,8 @@ import type { Dispatcher } from 'undici'
 import type { Algorithm } from '../fields/algorithms.js'
 import { DigestProblemError } from './errors.js'
 import type { FieldMap } from './request.js'
-import { CheckedResponse } from './checked.js'
+import { channels } from '../channels.js'
+import { CheckedResponse, type SentRequest } from './checked.js'
 import { Relay } from './relay.js'
 import { integrityFields } from '../fields/sections.js'
 import type { Asked, CheckSettings } from './response.js'
@@ -100,17 +101,19 @@ export class DigestHandler implements Handler {
   readonly #relay = new Relay()
   readonly #replayable: boolean
   readonly #response: CheckedResponse
+  readonly #request: SentRequest
   #algorithm: Algorithm | null
   #retries = 0
   #started = false
   #problem: HeldProblem | null = null
 
-  constructor (settings: ClientSettings, handler: Handler, method: string, fields: FieldMap, replayable: boolean,
+  constructor (settings: ClientSettings, handler: Handler, request: SentRequest, fields: FieldMap, replayable: boolean,
     algorithm: Algorithm | null, send: (algorithm: Algorithm | null) => void) {
     this.#settings = settings
     this.#handler = handler
     this.#replayable = replayable && fields.expect === undefined
-    this.#response = new CheckedResponse(handler, this.#relay, settings, method, askedIn(settings, fields))
+    this.#request = request
+    this.#response = new CheckedResponse(handler, this.#relay, settings, request, askedIn(settings, fields))
     this.#algorithm = algorithm
     this.#send = send
   }
@@ -167,7 +170,9 @@ export class DigestHandler implements Handler {
     this.#problem = null
     this.#retries++
     this.#algorithm = algorithm
-    const told = this.#settings.onRetry?.({ problem, attempt: this.#retries, algorithm: algorithm?.key ?? null })
+    const retry: DigestRetry = { problem, attempt: this.#retries, algorithm: algorithm?.key ?? null }
+    if (channels.clientRetry.hasSubscribers) channels.clientRetry.publish({ request: this.#request, retry })
+    const told = this.#settings.onRetry?.(retry)
     // An onRetry that returns a promise is waited for; its rejection reaches the consumer.
     if (!(told instanceof Promise)) {
       this.#send(algorithm)

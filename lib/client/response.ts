@@ -59,6 +59,12 @@ Expected[] {
   return expected
 }
 
+/** A digest of the response that matched its body. */
+export interface Checked {
+  readonly field: ResponseDigestField
+  readonly algorithm: string
+}
+
 /**
  * The check of a response, or null when it has no content to check: a HEAD response, 204 or 304.
  * Repr-Digest and Unencoded-Digest describe the whole representation, which a 206 is part of.
@@ -127,12 +133,12 @@ export class ResponseCheck {
   }
 
   /** Compares at the end of the body, with the trailer section's fields too; `callback` gets the failure, if any. */
-  end (trailers: Section, callback: (error: Error | null) => void): void {
+  end (trailers: Section, callback: (error: Error | null, checked: readonly Checked[]) => void): void {
     const expected = [...this.#expected, ...expectedIn(trailers, this.#fields, this.#settings, this.#ignored)]
     const received = new Map([...this.#received].map(([algorithm, hash]) => [algorithm, hash.digest()]))
     const decide = (decoded: ReadonlyMap<Algorithm, Buffer> | null, decodeFailure: string | null): void => {
       if (decodeFailure !== null) this.#ignored.unshift(decodeFailure)
-      let verified = 0
+      const checked: Checked[] = []
       for (const { field, algorithm, value } of expected) {
         const coded = field === 'unencoded-digest' && (this.#unencoded !== null || this.#unencodedFailure !== null)
         const digest = coded ? decoded?.get(algorithm) : received.get(algorithm)
@@ -141,16 +147,16 @@ export class ResponseCheck {
           continue
         }
         if (!timingSafeEqual(digest, value)) {
-          callback(new DigestMismatchError(field, algorithm.key, value, digest))
+          callback(new DigestMismatchError(field, algorithm.key, value, digest), checked)
           return
         }
-        verified++
+        checked.push({ field, algorithm: algorithm.key })
       }
-      if (verified === 0 && this.#settings.requireVerifiable) {
-        callback(new DigestUnverifiableError(this.#ignored[0] ?? 'it has no digest field this client checks'))
+      if (checked.length === 0 && this.#settings.requireVerifiable) {
+        callback(new DigestUnverifiableError(this.#ignored[0] ?? 'it has no digest field this client checks'), checked)
         return
       }
-      callback(null)
+      callback(null, checked)
     }
     if (this.#unencoded === null) {
       decide(null, this.#unencodedFailure)
@@ -166,7 +172,7 @@ export class ResponseCheck {
       // one byte of a coded body would turn the check off. Content that decodes past the bound
       // (413) is not checked, like a field of an algorithm the client does not compute.
       const claimed = expected.some(({ field }) => field === 'unencoded-digest')
-      if (claimed && result.status !== 413) callback(new DigestUnverifiableError(result.detail))
+      if (claimed && result.status !== 413) callback(new DigestUnverifiableError(result.detail), [])
       else decide(null, result.detail)
     })
   }

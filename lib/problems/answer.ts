@@ -1,5 +1,6 @@
-/** The one way a problem leaves: as the reply's problem document, logged once. */
+/** The one way a problem leaves: as the reply's problem document, logged once and published to diagnostics. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { channels } from '../channels.js'
 import type { DigestProblem } from './problems.js'
 
 /**
@@ -13,6 +14,7 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
     const found = { problemType: problem.type, digestFields: problem.found, ...notListed }
     request.log[problem.logLevel](found, problem.logMessage)
   }
+  if (channels.requestProblem.hasSubscribers) channels.requestProblem.publish({ request, problem })
   reply
     .code(problem.statusCode)
     .headers(problem.headers)

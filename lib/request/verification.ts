@@ -1,9 +1,11 @@
 /** The verification of one request, set up in onRequest: at the source when it has fields, else a trailer watch. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { channels } from '../channels.js'
 import { distinct, type Algorithm } from '../fields/algorithms.js'
 import { contentCodings, UnencodedHasher } from '../fields/unencoded.js'
 import { refusals, type Finding } from '../findings.js'
 import type { Settings } from '../options/settings.js'
+import type { VerifiedDigest } from '../types.js'
 import { answerUnheard } from '../problems/answer.js'
 import { problemFor } from '../problems/problems.js'
 import type { RunningDigest } from './content-hashes.js'
@@ -26,6 +28,15 @@ export interface RequestHook {
 /** An upload creation or append: its running digest, or null when the application knows no state of the upload. */
 export interface UploadRequest {
   readonly running: RunningDigest | null
+}
+
+/** Tells the handler, and the subscribers of requestVerified, what the content was verified against. */
+function verifiedAs (request: FastifyRequest, digest: VerifiedDigest): void {
+  request.digest = digest
+  if (channels.requestVerified.hasSubscribers) {
+    const algorithms = [...new Set([...Object.keys(digest.values), ...Object.keys(digest.unencoded)])]
+    channels.requestVerified.publish({ request, fields: digest.fields, algorithms })
+  }
 }
 
 /**
@@ -67,7 +78,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     const whole = upload?.findings()
     if (whole != null) return refuse(whole)
     upload?.accept()
-    if (verdict.fields.length > 0) request.digest = verdict
+    if (verdict.fields.length > 0) verifiedAs(request, verdict)
     done()
     return
   }
@@ -107,7 +118,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     upload,
     coded,
     closeDelimiter: delimiter,
-    verified (digest) { request.digest = digest },
+    verified (digest) { verifiedAs(request, digest) },
     failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
   })
   if (verifier.hashBuffered()) {
