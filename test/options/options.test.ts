@@ -13,7 +13,7 @@ t.test('exports the plugin as default and by name, wrapped with fastify-plugin',
   const module = await import('../../lib/index.js')
   t.equal(module.default, module.fastifyDigestFields)
   const meta = (module.default as unknown as Record<symbol, { name: string, fastify: string }>)[Symbol.for('plugin-meta')]
-  t.same(meta, { name: 'fastify-digest-fields', fastify: '5.x' })
+  t.same(meta, { name: 'fastify-digest-fields', fastify: '5.x || 6.x' })
 })
 
 t.test('rejects bad options at registration with a message naming the bad value', async (t) => {
