@@ -1,6 +1,7 @@
 /** What the plugin adds to Fastify's requests and replies: the public methods, and its state behind symbols. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { lookupAlgorithm } from './fields/algorithms.js'
+import { lookupAlgorithm, type Algorithm } from './fields/algorithms.js'
+import type { Settings } from './options/settings.js'
 import { digestVerdict, VerifiedFiles } from './uploads/commit.js'
 import { invalidOption, unverifiedRoute } from './errors.js'
 import type { SuppliedDigests } from './response/digests.js'
@@ -32,7 +33,9 @@ export function decorate (fastify: FastifyInstance): void {
     }
     const files = this[kVerifiedFiles]
     if (files instanceof VerifiedFiles) return files
-    return (this[kVerifiedFiles] = new VerifiedFiles(this, files === false))
+    const settings = (this.routeOptions.config as { [kRouteSettings]?: Settings })[kRouteSettings]
+    const algorithm = settings?.algorithms.values().next().value ?? lookupAlgorithm('sha-256') as Algorithm
+    return (this[kVerifiedFiles] = new VerifiedFiles(this, algorithm, files === false))
   })
   fastify.decorateReply(kSuppliedDigests, null)
   fastify.decorateReply(kServedFile, null)

@@ -162,16 +162,39 @@ export type DigestFieldName = 'content-digest' | 'repr-digest' | 'unencoded-dige
 
 /** `request.verifiedFiles()`: files committed only once the whole request verified. */
 export interface VerifiedFiles {
-  /** Writes `content` to a temporary file beside `destination`; resolves once written, removes it on failure. */
-  save (content: import('node:stream').Readable, destination: string): Promise<void>
+  /**
+   * Writes `content` to a temporary file beside `destination`; resolves once written, with its size
+   * and digest, and removes it on failure.
+   */
+  save (content: import('node:stream').Readable, destination: string): Promise<SavedFile>
   /**
    * Waits for the verdict, then renames every saved file to its destination and resolves with
-   * what was verified; on a failure removes them and rejects with the problem, which Fastify
-   * answers when the handler lets it through.
+   * what was verified and the files; on a failure removes them and rejects with the problem,
+   * which Fastify answers when the handler lets it through.
    */
-  commit (): Promise<VerifiedDigest | null>
+  commit (): Promise<CommittedFiles>
   /** Removes the saved files; the plugin does it before any answer is sent, unless they were committed. */
   discard (): Promise<void>
+}
+
+/**
+ * A file `request.verifiedFiles().save()` wrote, with its digest by the route's most preferred
+ * algorithm, taken from the bytes as they were written (sha-256 on a route declared before the plugin).
+ */
+export interface SavedFile {
+  readonly destination: string
+  /** Its size in bytes. */
+  readonly size: number
+  readonly algorithm: DigestAlgorithm
+  readonly digest: Buffer
+}
+
+/** What `request.verifiedFiles().commit()` resolves with. */
+export interface CommittedFiles {
+  /** What the request's content was verified against (`request.digest`), or null when it carried no integrity field. */
+  readonly digest: VerifiedDigest | null
+  /** The files moved into place, in the order they were saved. */
+  readonly files: readonly SavedFile[]
 }
 
 /** What the plugin verified about the request content, on `request.digest`. */

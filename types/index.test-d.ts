@@ -15,6 +15,8 @@ import fastifyDigestFields, {
   type DraftProblemDocument,
   type RegisteredProblemDocument,
   type FastifyDigestFieldsOptions,
+  type CommittedFiles,
+  type SavedFile,
   type VerifiedDigest
 } from 'fastify-digest-fields'
 
@@ -61,6 +63,16 @@ app.put('/items/:id', { config: { digest: { algorithms: ['sha-512'] } } }, async
   expectType<Buffer | undefined>(sha512)
   expectType<readonly ('content-digest' | 'repr-digest' | 'unencoded-digest')[] | undefined>(request.digest?.fields)
   expectType<Buffer | undefined>(request.digest?.unencoded['sha-256'])
+  const files = request.verifiedFiles()
+  const saved = await files.save(request.raw, '/tmp/item')
+  expectType<SavedFile>(saved)
+  expectType<number>(saved.size)
+  expectType<'sha-256' | 'sha-512' | 'md5' | 'sha'>(saved.algorithm)
+  expectType<Buffer>(saved.digest)
+  const committed = await files.commit()
+  expectType<CommittedFiles>(committed)
+  expectType<VerifiedDigest | null>(committed.digest)
+  expectType<readonly SavedFile[]>(committed.files)
   return 'ok'
 })
 app.get('/health', { config: { digest: false } }, async () => 'ok')

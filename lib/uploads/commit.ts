@@ -1,17 +1,15 @@
 /** Committing only verified content: the verdict as a promise, and files moved into place only once it is in. */
-import { randomUUID } from 'node:crypto'
-import { createWriteStream, type WriteStream } from 'node:fs'
-import { rename, rm } from 'node:fs/promises'
-import { basename, dirname, join } from 'node:path'
-import { pipeline } from 'node:stream/promises'
+import { rename } from 'node:fs/promises'
 import type { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
-import type { VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from '../types.js'
+import type { CommittedFiles, SavedFile, VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from '../types.js'
 import { unverifiedRoute } from '../errors.js'
+import type { Algorithm } from '../fields/algorithms.js'
 import type { PendingContent } from '../request/pending-content.js'
 import { isCutShort } from '../request/source.js'
 import { kPendingContent, kRouteSettings, kVerifiedFiles } from '../symbols.js'
 import { uncommittedFileKept } from '../warnings.js'
+import { removeSaved, saveFile, type Saving } from './saved-file.js'
 
 type VerdictRequest = FastifyRequest & {
   [kPendingContent]?: PendingContent | null
@@ -46,14 +44,6 @@ function failureOf (request: FastifyRequest, error: unknown): unknown {
   return (request.raw as Readable).errored ?? error
 }
 
-interface Saved { readonly partial: string, readonly destination: string, readonly writer: WriteStream }
-
-async function removeSaved ({ partial, writer }: Saved): Promise<void> {
-  // A file still being opened would be created after it was removed: it is closed first.
-  if (!writer.closed) await new Promise<void>((resolve) => writer.once('close', () => resolve()).destroy())
-  await rm(partial, { force: true })
-}
-
 /**
  * A client that leaves before its content ended leaves nothing behind. (A request stream also
  * closes after its end, when the handler may still commit; an HTTP/2 request cut short says it is
@@ -72,7 +62,8 @@ function discardWhenClientLeaves (request: FastifyRequest, files: VerifiedFiles)
 /** Files written beside their destinations, moved into place once the whole request verified. */
 export class VerifiedFiles implements VerifiedFilesApi {
   readonly #request: FastifyRequest
-  readonly #pending: Saved[] = []
+  readonly #algorithm: Algorithm
+  readonly #pending: Saving[] = []
   // Each save still writing, resolving with why it failed (never rejecting: nobody may await it).
   readonly #writing: Array<Promise<unknown>> = []
   // commit() was called: no save may start after it, nor a second commit.
@@ -80,29 +71,32 @@ export class VerifiedFiles implements VerifiedFilesApi {
   #settled = false
   #removed: Promise<void> = Promise.resolve()
 
-  /** `answered`: the reply went before the handler asked for its files, which then takes none. */
-  constructor (request: FastifyRequest, answered: boolean) {
+  /**
+   * `algorithm`: the one each file's digest is taken with. `answered`: the reply went before the
+   * handler asked for its files, which then takes none.
+   */
+  constructor (request: FastifyRequest, algorithm: Algorithm, answered: boolean) {
     this.#request = request
+    this.#algorithm = algorithm
     this.#settled = answered
     if (!answered) discardWhenClientLeaves(request, this)
   }
 
   /**
-   * Writes `content` to a temporary file beside `destination` (same folder, so the move is a
-   * rename), resolving once it is written; a failure removes it.
+   * Writes `content` to a temporary file beside `destination`, resolving once it is written with
+   * its size and digest; a failure removes it.
    */
-  async save (content: Readable, destination: string): Promise<void> {
+  async save (content: Readable, destination: string): Promise<SavedFile> {
     this.#refuseSettled(true)
-    const partial = join(dirname(destination), `.${basename(destination)}.${randomUUID()}.partial`)
-    const writer = createWriteStream(partial, { flags: 'wx' })
-    this.#pending.push({ partial, destination, writer })
-    const written = pipeline(content, writer)
+    const saving = saveFile(content, destination, this.#algorithm)
+    this.#pending.push(saving)
+    const { written } = saving
     this.#writing.push(written.then(() => null, (error: unknown) => error))
     // A save waits for the content like the plugin's own waits, within the same bound.
     const pending = (this.#request as VerdictRequest)[kPendingContent]
     if (pending?.settled === false) pending.whenSettled(null, 'stall')
     try {
-      await written
+      return await written
     } catch (error) {
       await this.discard()
       // Files removed because the content failed fail with its problem, which the plugin answers.
@@ -114,7 +108,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
    * Waits for the verdict, then moves every saved file into place and resolves with what was
    * verified; on a failed or unverifiable request, removes them all and rejects with its problem.
    */
-  async commit (): Promise<VerifiedDigest | null> {
+  async commit (): Promise<CommittedFiles> {
     this.#refuseSettled(true)
     this.#committing = true
     let verdict: VerifiedDigest | null
@@ -132,16 +126,18 @@ export class VerifiedFiles implements VerifiedFilesApi {
     // The reply may have gone meanwhile, removing the files: nothing is committed then.
     this.#refuseSettled()
     this.#settled = true
+    const files: SavedFile[] = []
     try {
       // One by one, each left to discard() until it is in place, so that a failed rename removes it.
       for (let file = this.#pending[0]; file !== undefined; file = this.#pending[0]) {
         await rename(file.partial, file.destination)
+        files.push(await file.written)
         this.#pending.shift()
       }
     } finally {
       await this.discard()
     }
-    return verdict
+    return { digest: verdict, files }
   }
 
   /** Refuses a save or commit once the files were committed or discarded, or, with `committing`, once commit() began. */

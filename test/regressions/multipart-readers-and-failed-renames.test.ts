@@ -48,7 +48,7 @@ async function app (t: Tap, http2 = false): Promise<{ url: string, port: number,
   server.put('/files/:id', async (request) => {
     const files = request.verifiedFiles()
     await files.save(request.raw, join(folder, (request.params as { id: string }).id))
-    return { verified: (await files.commit())?.fields ?? null }
+    return { verified: (await files.commit()).digest?.fields ?? null }
   })
   t.teardown(() => server.close())
   const port = await listen(server)

@@ -56,7 +56,7 @@ async function server (t: Tap, http2 = false): Promise<Server> {
   app.put('/raw/:name', async (request) => {
     const files = request.verifiedFiles()
     await files.save(request.raw, join(folder, (request.params as { name: string }).name))
-    return { verified: (await files.commit())?.fields ?? null }
+    return { verified: (await files.commit()).digest?.fields ?? null }
   })
   app.post('/file', async (request) => {
     const files = request.verifiedFiles()
@@ -87,7 +87,7 @@ async function server (t: Tap, http2 = false): Promise<Server> {
   app.put('/derived/:name', async (request) => {
     const files = request.verifiedFiles()
     await files.save(Readable.from([`a receipt for ${request.headers['content-length']} bytes`]), join(folder, (request.params as { name: string }).name))
-    return { verified: (await files.commit())?.fields ?? null }
+    return { verified: (await files.commit()).digest?.fields ?? null }
   })
   t.teardown(() => app.close())
   const port = await listen(app)
