@@ -50,6 +50,7 @@ import { discardUncommitted } from './uploads/commit.js'
 import { isUploadRequest, startUpload } from './uploads/resumable.js'
 
 export type * from './types.js'
+export type * from './problems/documents.js'
 export { DigestProblem } from './problems/problems.js'
 export { staticFileDigests } from './response/static-files.js'
 export {

@@ -1,7 +1,7 @@
 /** The renderers: findings of one kind turned into the problem document of the route's shape. */
 import type { LogLevel } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
-import type { DigestProblemDocument, DraftProblemDocument } from '../types.js'
+import type { DigestProblemDocument, DraftProblemDocument } from './documents.js'
 import { problemCodes, type ProblemCode } from '../errors.js'
 import {
   isListable,

@@ -71,10 +71,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
   #settled = false
   #removed: Promise<void> = Promise.resolve()
 
-  /**
-   * `algorithm`: the one each file's digest is taken with. `answered`: the reply went before the
-   * handler asked for its files, which then takes none.
-   */
+  /** `algorithm` digests each file; `answered`: the reply went before the files were asked for, so none are taken. */
   constructor (request: FastifyRequest, algorithm: Algorithm, answered: boolean) {
     this.#request = request
     this.#algorithm = algorithm
