@@ -11,7 +11,8 @@ import { lookupAlgorithm, type Algorithm } from './fields/algorithms.js'
 import { DigestHandler, type ClientSettings, type DigestRetry } from './client/handler.js'
 import { currentHandler } from './client/legacy-handler.js'
 import { Relay } from './client/relay.js'
-import { fieldsOf, knownContent, readContent, type Content, type FieldMap } from './client/request.js'
+import { fieldsOf, knownContent, readContent, type Content, type FieldMap, type LargeBody } from './client/request.js'
+import { PreferredAlgorithms } from './client/preferred.js'
 import { invalidOption } from './errors.js'
 import { serializePreferences } from './fields/preferences.js'
 
@@ -36,6 +37,12 @@ export interface DigestInterceptorOptions {
   /** The most bytes of a streamed body (fetch sends every body as one) read into memory to digest it. Default 1 MiB. */
   maxBufferedBody?: number
   /**
+   * A body past maxBufferedBody: `'send'` it without a digest (default), `'refuse'` it, or
+   * `'hash-first'` one that can be read twice (a file stream not read yet is hashed from its file,
+   * at any size) and refuse any other. A refused request fails with FST_DIGEST_FIELDS_BODY_NOT_DIGESTED.
+   */
+  largeBody?: LargeBody
+  /**
    * The most bytes a coded response body is decoded to, at any stage, to check its
    * Unencoded-Digest; past it the field is not checked, as one the client cannot compute. Default 16 MiB.
    */
@@ -49,7 +56,7 @@ function check (condition: boolean, option: string, expected: string): void {
 }
 
 const optionNames = [
-  'algorithms', 'requestDigest', 'want', 'unverifiable', 'maxRetries', 'onRetry', 'maxBufferedBody', 'maxDecodedBody'
+  'algorithms', 'requestDigest', 'want', 'unverifiable', 'maxRetries', 'onRetry', 'maxBufferedBody', 'largeBody', 'maxDecodedBody'
 ]
 
 function clientSettings (options: DigestInterceptorOptions): ClientSettings {
@@ -63,6 +70,7 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
     maxRetries = 1,
     onRetry = null,
     maxBufferedBody = 1024 * 1024,
+    largeBody = 'send',
     // A small compressed body can decode to gigabytes: the check of one is bounded.
     maxDecodedBody = 16 * 1024 * 1024
   } = options
@@ -78,6 +86,7 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
   check(Number.isInteger(maxRetries) && maxRetries >= 0 && maxRetries <= 10, 'maxRetries', 'an integer from 0 to 10')
   check(onRetry === null || typeof onRetry === 'function', 'onRetry', 'a function')
   check(Number.isSafeInteger(maxBufferedBody) && maxBufferedBody >= 0, 'maxBufferedBody', 'a number of bytes')
+  check(['send', 'refuse', 'hash-first'].includes(largeBody), 'largeBody', "'send', 'refuse' or 'hash-first'")
   check(Number.isSafeInteger(maxDecodedBody) && maxDecodedBody >= 0, 'maxDecodedBody', 'a number of bytes')
   const preferred = [...new Set(algorithms)].map((key) => lookupAlgorithm(key) as Algorithm)
   const wanted = serializePreferences(new Map(preferred.map(({ key }, i) => [key, 10 - i])))
@@ -90,6 +99,7 @@ function clientSettings (options: DigestInterceptorOptions): ClientSettings {
     maxRetries,
     onRetry,
     maxBufferedBody,
+    largeBody,
     maxDecodedBody
   }
 }
@@ -108,33 +118,36 @@ export type DigestInterceptor = <Dispatch extends (options: never, handler: neve
  */
 export function digestInterceptor (options: DigestInterceptorOptions = {}): DigestInterceptor {
   const settings = clientSettings(options)
+  const learnt = new PreferredAlgorithms()
   const intercept: Dispatcher.DispatcherComposeInterceptor = (dispatch) => function dispatchWithDigests (opts, given) {
     const handler = currentHandler(given)
     // An upgrade or a tunnel has no content of its own to check.
     if ((opts.upgrade ?? false) !== false || opts.method === 'CONNECT') return dispatch(opts, handler)
     const fields = fieldsOf(opts.headers)
+    const request = { origin: String(opts.origin), method: opts.method, path: opts.path }
+    // A digest the application set is its own: sent as it is, and never replaced on a retry.
+    const ours = settings.field !== null && fields[settings.field] === undefined ? settings.field : null
+    // The origin's own preference, once a digest problem told it.
+    const preferred = ours === null ? null : learnt.of(request.origin) ?? settings.preferred[0] as Algorithm
     const start = (content: Content): boolean => {
       const base: FieldMap = { ...settings.want, ...fields }
-      const { bytes, body, contentType } = content
+      const { bytes, body, contentType, digests } = content
       if (contentType !== undefined && base['content-type'] === undefined) base['content-type'] = contentType
-      // A digest the application set is its own: sent as it is, and never replaced on a retry.
-      const { field: ours } = settings
-      const field = bytes !== null && ours !== null && base[ours] === undefined ? ours : null
+      const digestOf = (algorithm: Algorithm): Buffer | undefined => bytes !== null ? algorithm.digest(bytes) : digests?.get(algorithm)
       const send = (algorithm: Algorithm | null): boolean => {
-        const headers = field === null || algorithm === null
-          ? base
-          : { ...base, [field]: `${algorithm.key}=:${algorithm.digest(bytes as Buffer).toString('base64')}:` }
+        if (algorithm !== null && algorithm !== preferred) learnt.learn(request.origin, algorithm)
+        const digest = ours === null || algorithm === null ? undefined : digestOf(algorithm)
+        const headers = digest === undefined ? base : { ...base, [ours as string]: `${(algorithm as Algorithm).key}=:${digest.toString('base64')}:` }
         return dispatch({ ...opts, headers, body: body as Body }, digestHandler)
       }
-      const first = field === null ? null : settings.preferred[0] as Algorithm
+      const first = bytes !== null || digests !== undefined ? preferred : null
       const replayable = bytes !== null || body === null || body === undefined
-      const request = { origin: String(opts.origin), method: opts.method, path: opts.path }
       const digestHandler = new DigestHandler(settings, handler, request, base, replayable, first, send)
       return send(first)
     }
     const known = knownContent(opts.body)
     if (known !== null) return start(known)
-    readContent(opts.body, settings.maxBufferedBody).then(start, (error: Error) => {
+    readContent(opts.body, settings.maxBufferedBody, settings.largeBody, preferred).then(start, (error: Error) => {
       handler.onResponseError?.(new Relay(), error)
     })
     return true

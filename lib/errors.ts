@@ -46,3 +46,9 @@ export function unverifiedRoute (what: string): Error & { code: string } {
   const error = new Error(`fastify-digest-fields: ${what} on a route with config.digest: false, whose content is not verified`)
   return Object.assign(error, { code: 'FST_DIGEST_FIELDS_UNVERIFIED_ROUTE' })
 }
+
+/** A request body over the client's maxBufferedBody that it may not send without a digest (largeBody), and cannot hash. */
+export function undigestedBody (limit: number): Error & { code: string } {
+  const error = new Error(`fastify-digest-fields/client: the request body is over maxBufferedBody (${limit} bytes) and cannot be hashed before it is sent`)
+  return Object.assign(error, { code: 'FST_DIGEST_FIELDS_BODY_NOT_DIGESTED' })
+}

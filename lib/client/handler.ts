@@ -4,7 +4,7 @@ import { parseDictionary } from '../fields/dictionary.js'
 import type { Dispatcher } from 'undici'
 import type { Algorithm } from '../fields/algorithms.js'
 import { DigestProblemError } from './errors.js'
-import type { FieldMap } from './request.js'
+import type { FieldMap, LargeBody } from './request.js'
 import { channels } from '../channels.js'
 import { CheckedResponse, type SentRequest } from './checked.js'
 import { Relay } from './relay.js'
@@ -32,6 +32,7 @@ export interface ClientSettings extends CheckSettings {
   readonly maxRetries: number
   readonly onRetry: ((retry: DigestRetry) => void | Promise<void>) | null
   readonly maxBufferedBody: number
+  readonly largeBody: LargeBody
 }
 
 type Controller = Dispatcher.DispatchController

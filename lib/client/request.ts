@@ -1,4 +1,14 @@
 /** A request as the interceptor sends it: its header fields by lower-case name, and its content's bytes when known. */
+import { createReadStream, ReadStream } from 'node:fs'
+import type { Algorithm } from '../fields/algorithms.js'
+import { undigestedBody } from '../errors.js'
+
+/**
+ * What the interceptor does with content past maxBufferedBody, which it cannot hash in memory:
+ * send it without a digest, refuse it, or hash a body that can be read twice (a file stream not
+ * read yet: its file; a Blob or FormData, read already) and refuse any other.
+ */
+export type LargeBody = 'send' | 'refuse' | 'hash-first'
 
 /** Header fields by lower-case name, as the interceptor edits them. */
 export type FieldMap = Record<string, string | string[]>
@@ -35,6 +45,20 @@ export interface Content {
   readonly body: unknown
   /** The Content-Type a FormData body is sent with (its boundary), when the caller set none. */
   readonly contentType?: string | undefined
+  /** The digest of content hashed before it is sent without being kept (a file), by its algorithm. */
+  readonly digests?: ReadonlyMap<Algorithm, Buffer>
+}
+
+/** A file stream that has read nothing yet, whose file can be read once more to hash it. */
+function unreadFile (body: unknown): ReadStream | null {
+  return body instanceof ReadStream && typeof body.path === 'string' && !body.readableDidRead && body.bytesRead === 0 ? body : null
+}
+
+async function digestOfFile (stream: ReadStream, algorithm: Algorithm): Promise<Buffer> {
+  const { start, end } = stream as ReadStream & { start?: number, end?: number }
+  const hash = algorithm.createHash()
+  for await (const chunk of createReadStream(stream.path as string, { start, end })) hash.update(chunk as Buffer)
+  return hash.digest()
 }
 
 /** Content whose bytes are known without reading anything, or null when it has to be read. */
@@ -65,10 +89,16 @@ const chunkOf = (chunk: unknown): Buffer => typeof chunk === 'string'
 /**
  * Reads content undici would stream (a Blob, FormData, or a stream or iterable, such as every body
  * fetch() sends) into memory, up to `limit` bytes, so that it can be hashed and sent again. Past
- * the limit it is sent as it comes, what was read first, without a digest: undici sends no request
- * trailer section, where a streamed body's digest would go.
+ * the limit it is sent as it comes, what was read first, without a digest (undici sends no request
+ * trailer section, where a streamed body's digest would go), or as `large` says when `algorithm`
+ * is to digest it.
  */
-export async function readContent (body: unknown, limit: number): Promise<Content> {
+export async function readContent (body: unknown, limit: number, large: LargeBody, algorithm: Algorithm | null):
+Promise<Content> {
+  // The algorithm content past the limit is hashed with, if it may not go without a digest.
+  const hashing = large === 'send' ? null : algorithm
+  const file = large === 'hash-first' ? unreadFile(body) : null
+  if (hashing !== null && file !== null) return { bytes: null, body, digests: new Map([[hashing, await digestOfFile(file, hashing)]]) }
   // By their tag, as undici does: the FormData of the undici package is not Node's global one.
   const tag = (body as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
   if (tag === 'FormData' || tag === 'Blob' || tag === 'File') {
@@ -79,7 +109,10 @@ export async function readContent (body: unknown, limit: number): Promise<Conten
     const response = new Serializer(body)
     const contentType = response.headers.get('content-type') ?? undefined
     const bytes = Buffer.from(await response.arrayBuffer())
-    return bytes.length <= limit ? { bytes, body: bytes, contentType } : { bytes: null, body: bytes, contentType }
+    if (bytes.length <= limit) return { bytes, body: bytes, contentType }
+    if (hashing === null) return { bytes: null, body: bytes, contentType }
+    if (large === 'refuse') throw undigestedBody(limit)
+    return { bytes: null, body: bytes, contentType, digests: new Map([[hashing, hashing.digest(bytes)]]) }
   }
   const iterator = isAsyncIterable(body)
     ? body[Symbol.asyncIterator]()
@@ -95,6 +128,11 @@ export async function readContent (body: unknown, limit: number): Promise<Conten
     const chunk = chunkOf(next.value)
     read.push(chunk)
     size += chunk.length
+  }
+  if (hashing !== null) {
+    // A stream read in part is let go (closed), not left open.
+    await iterator.return?.()
+    throw undigestedBody(limit)
   }
   async function * continued (): AsyncGenerator<Buffer> {
     yield * read
