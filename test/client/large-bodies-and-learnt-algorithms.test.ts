@@ -58,6 +58,9 @@ t.test("largeBody: 'refuse' fails a large stream before anything is sent, and cl
   await t.rejects(request(`${origin}/upload`, { method: 'POST', dispatcher, body: stream }), { code: 'FST_DIGEST_FIELDS_BODY_NOT_DIGESTED' })
   t.equal(received(), 0, 'nothing reached the server')
   t.ok(stream.destroyed, 'the stream read in part is closed')
+  await t.rejects(request(`${origin}/upload`, { method: 'POST', dispatcher, body: new Blob([content]) as never }),
+    { code: 'FST_DIGEST_FIELDS_BODY_NOT_DIGESTED' }, 'a large Blob too')
+  t.equal(received(), 0)
   // A small one still goes, digested from memory.
   const small = await request(`${origin}/upload`, { method: 'POST', dispatcher, body: Readable.from([content.subarray(0, 1000)]) })
   t.equal(small.statusCode, 200)

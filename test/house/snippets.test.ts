@@ -44,6 +44,9 @@ const scratch = join(root, '.snippets')
 await rm(scratch, { recursive: true, force: true })
 await mkdir(scratch)
 t.teardown(() => rm(scratch, { recursive: true, force: true }))
+// The folders snippets and the example server make in the temporary directory go with the scratch folder.
+const temporary = join(scratch, 'tmp')
+await mkdir(temporary)
 
 async function run (command: string, args: string[], options: { cwd: string, env?: NodeJS.ProcessEnv }): Promise<{ code: number | null, output: string }> {
   const child = spawn(command, args, { ...options, stdio: ['ignore', 'pipe', 'pipe'] })
@@ -62,7 +65,7 @@ t.test('every JavaScript snippet runs as written', async (t) => {
     const commonJs = /\brequire\(/.test(code) && !/^import /m.test(code)
     const file = join(scratch, fileName(where) + (commonJs ? '.cjs' : '.mjs'))
     await writeFile(file, code)
-    const { code: exit, output } = await run(process.execPath, ['--import', preload, file], { cwd: scratch })
+    const { code: exit, output } = await run(process.execPath, ['--import', preload, file], { cwd: scratch, env: { ...process.env, TMPDIR: temporary } })
     t.equal(exit, 0, `${where}\n${output}`)
     if (code.includes('.listen(')) t.match(output, /snippet listened at http:\/\/127\.0\.0\.1:\d+/, `${where}: its server started`)
   }
@@ -83,7 +86,7 @@ t.test('every TypeScript snippet compiles under nodenext with TypeScript 6', asy
 })
 
 t.test('every shell snippet runs against the example server as `npm start` serves it', async (t) => {
-  const server = spawn(process.execPath, [join(root, 'examples', 'upload-server.js')], { cwd: root, env: { ...process.env, PORT: '3000' }, stdio: ['ignore', 'pipe', 'inherit'] })
+  const server = spawn(process.execPath, [join(root, 'examples', 'upload-server.js')], { cwd: root, env: { ...process.env, PORT: '3000', TMPDIR: temporary }, stdio: ['ignore', 'pipe', 'inherit'] })
   t.teardown(() => { server.kill() })
   let listening = false
   for await (const line of createInterface({ input: server.stdout })) {

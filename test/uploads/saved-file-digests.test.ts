@@ -71,3 +71,22 @@ t.test('multipart files: each save() and commit() give the size and digest of wh
     })
   }
 })
+
+t.test('a route declared before the plugin, which the plugin verifies with its defaults, digests its files with sha-256', async (t) => {
+  const folder = mkdtempSync(join(tmpdir(), 'saved-digests-'))
+  t.teardown(() => rmSync(folder, { recursive: true, force: true }))
+  const app = Fastify({ logger: false })
+  t.teardown(() => app.close())
+  app.addContentTypeParser('application/octet-stream', (_request, _payload, done) => done(null))
+  app.put('/early', async (request) => {
+    const files = request.verifiedFiles()
+    const saved = await files.save(request.raw, join(folder, 'early.bin'))
+    await files.commit()
+    return { algorithm: saved.algorithm, size: saved.size }
+  })
+  await app.register(fastifyDigestFields, { algorithms: ['sha-512'] })
+  const body = seededBytes(5000, fuzzSeed + 3)
+  const response = await app.inject({ method: 'PUT', url: '/early', payload: body, headers: { 'content-type': 'application/octet-stream' } })
+  t.same(response.json(), { algorithm: 'sha-256', size: 5000 })
+  t.equal(openssl('sha256', join(folder, 'early.bin')), createHash('sha256').update(body).digest('base64'))
+})
