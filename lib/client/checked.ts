@@ -50,6 +50,7 @@ export class CheckedResponse {
   start (statusCode: number, headers: IncomingHttpHeaders, statusMessage: string | undefined): void {
     this.#check = responseCheck(this.#request.method, statusCode, headers, this.#settings, this.#asked)
     this.#held = new HeldContent(null)
+    this.#relay.handedOn(headers)
     this.#handler.onResponseStart?.(this.#relay, statusCode, headers, statusMessage)
   }
 

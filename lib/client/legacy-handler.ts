@@ -7,6 +7,7 @@ import type { IncomingHttpHeaders } from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Dispatcher } from 'undici'
 import { invalidOption } from '../errors.js'
+import { rawSection } from './relay.js'
 
 type Controller = Dispatcher.DispatchController
 type Handler = Dispatcher.DispatchHandler
@@ -19,12 +20,6 @@ interface OlderHandler {
   onData?: (chunk: Buffer) => boolean
   onComplete?: (trailers: Buffer[]) => void
   onError?: (error: Error) => void
-}
-
-/** A header or trailer section as the older shape takes it: names and values, one pair a value. */
-function rawSection (section: IncomingHttpHeaders): Buffer[] {
-  return Object.entries(section).flatMap(([name, value]) =>
-    [value ?? []].flat().flatMap((one) => [Buffer.from(name, 'latin1'), Buffer.from(one, 'latin1')]))
 }
 
 class LegacyHandler implements Handler {

@@ -1,7 +1,14 @@
 /** The controller a consumer of the client holds, which outlives each attempt of its request. */
+import type { IncomingHttpHeaders } from 'node:http'
 import type { Dispatcher } from 'undici'
 
 type Controller = Dispatcher.DispatchController
+
+/** A header or trailer section as undici's older handlers and raw sections have it: a name and a value a pair. */
+export function rawSection (section: IncomingHttpHeaders): Buffer[] {
+  return Object.entries(section).flatMap(([name, value]) =>
+    [value ?? []].flat().flatMap((one) => [Buffer.from(name, 'latin1'), Buffer.from(one, 'latin1')]))
+}
 
 /**
  * The controller the consumer holds across attempts: it acts on the current attempt's, and pauses
@@ -11,11 +18,26 @@ export class Relay implements Controller {
   #upstream: Controller | null = null
   readonly #holds = new Set<'consumer' | 'decoder'>()
   #reason: Error | null = null
+  #headers: IncomingHttpHeaders = {}
 
   // What the consumer did: an attempt that fails on its own reaches it as an error.
   get aborted (): boolean { return this.#reason !== null }
   get paused (): boolean { return this.#holds.size > 0 }
   get reason (): Error | null { return this.#reason }
+
+  /**
+   * The response's raw header section, which undici 8's fetch reads from the controller (and,
+   * without one, takes the response for one without any header): the attempt's own, or made from
+   * the header section handed on.
+   */
+  get rawHeaders (): NonNullable<Controller['rawHeaders']> {
+    return this.#upstream?.rawHeaders ?? rawSection(this.#headers)
+  }
+
+  /** The header section handed on to the consumer, for rawHeaders. */
+  handedOn (headers: IncomingHttpHeaders): void {
+    this.#headers = headers
+  }
 
   attach (upstream: Controller): void {
     this.#upstream = upstream

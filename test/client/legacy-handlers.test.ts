@@ -7,6 +7,7 @@ import t from 'tap'
 import { Agent, type Dispatcher } from 'undici'
 import { digestInterceptor } from '../../lib/client.js'
 import { currentHandler } from '../../lib/client/legacy-handler.js'
+import { Relay } from '../../lib/client/relay.js'
 import { member, serving } from '../helpers.js'
 
 const content = Buffer.from('content of the older shape')
@@ -111,4 +112,13 @@ t.test('handlers of the current shape are used as they are; a handler of neither
   for (const neither of [{}, null, { onData () {} }]) {
     t.throws(() => currentHandler(neither as never), { code: 'FST_DIGEST_FIELDS_INVALID_OPTION', message: /older shape/ })
   }
+})
+
+t.test("the consumer's controller gives the raw header section undici 8's fetch reads: the attempt's, or one made from the headers handed on", async (t) => {
+  const relay = new Relay()
+  relay.handedOn({ 'content-type': 'text/plain', 'set-cookie': ['a=1', 'b=2'] })
+  t.same((relay.rawHeaders as Buffer[]).map(String), ['content-type', 'text/plain', 'set-cookie', 'a=1', 'set-cookie', 'b=2'], 'before any attempt, or from a controller without one')
+  const upstream = { ...recorder(), rawHeaders: [Buffer.from('x-raw'), Buffer.from('1')] }
+  relay.attach(upstream)
+  t.equal(relay.rawHeaders, upstream.rawHeaders, "the attempt's own")
 })

@@ -4,6 +4,7 @@
 // called back. undici 8 needs Node 22.19; on an older Node it does not load, and the client entry,
 // which loads undici only for the undici package's FormData, still does.
 import { createServer, type ServerResponse } from 'node:http'
+import { gzipSync } from 'node:zlib'
 import t from 'tap'
 import { digestInterceptor } from '../../lib/client.js'
 import { member, serving, type Tap } from '../helpers.js'
@@ -44,6 +45,25 @@ if (!supported) {
     t.equal(await right.body.text(), content.toString())
     const wrong = await request(`${base}/wrong`, { dispatcher: agent })
     await t.rejects(wrong.body.text(), { name: 'DigestMismatchError' })
+  })
+
+  t.test("undici 8's fetch through the interceptor keeps the response's header section, and decodes its content", async (t) => {
+    // undici 8's fetch reads the raw header section from the controller: without it, it saw none
+    // (no Content-Type, and a gzip body handed over coded).
+    const { fetch: fetch8 } = await import('undici8')
+    const original = Buffer.from('a body coded with gzip '.repeat(50))
+    const base = await serving(t, createServer((_request, response) => {
+      const coded = gzipSync(original)
+      response.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': 'gzip', 'unencoded-digest': member('sha-256', original) })
+      response.end(coded)
+    }))
+    const agent = new Agent().compose(digestInterceptor({ unverifiable: 'require' }))
+    t.teardown(() => agent.close())
+    const fetched = [await fetch8(base, { dispatcher: agent }), await fetch(base, { dispatcher: agent } as unknown as RequestInit)]
+    for (const response of fetched) {
+      t.equal(response.headers.get('content-type'), 'text/plain')
+      t.ok(Buffer.from(await response.arrayBuffer()).equals(original), 'decoded, and its Unencoded-Digest checked')
+    }
   })
 
   t.test(`the built-in fetch of Node ${process.version} through an undici 8 Agent settles, either way`, async (t) => {
