@@ -162,3 +162,25 @@ t.test('a Want-Unencoded-Digest nothing judged (a hook answered before the plugi
   t.equal(response.body, 'answered early')
   t.notOk('unencoded-digest' in response.headers)
 })
+
+t.test('content coded aes128gcm (RFC 8188) gets no Unencoded-Digest, asked for or not: a digest of the plaintext would leak it', async (t) => {
+  // draft-ietf-httpbis-unencoded-digest-05: with aes128gcm, Unencoded-Digest SHOULD be omitted.
+  const app = Fastify()
+  await app.register(fastifyDigestFields, { responseDigests: ['unencoded-digest', 'content-digest'] })
+  const ciphertext = seededBytes(4096, 23)
+  app.get('/encrypted', async (_request, reply) => reply.header('content-encoding', 'aes128gcm').send(ciphertext))
+  app.get('/encrypted-then-gzip', async (_request, reply) =>
+    reply.header('content-encoding', 'aes128gcm, gzip').reprDigest({ 'sha-256': createHash('sha256').update('plaintext').digest() }).send(gzipSync(ciphertext)))
+  app.get('/stream', async (_request, reply) => reply.header('content-encoding', 'aes128gcm').send(Readable.from([ciphertext])))
+  t.teardown(() => app.close())
+  const origin = `http://127.0.0.1:${await listen(app)}`
+  for (const path of ['/encrypted', '/encrypted-then-gzip', '/stream']) {
+    for (const want of [{}, { 'want-unencoded-digest': 'sha-256=10, sha-512=5' }]) {
+      const response = await request(`${origin}${path}`, { headers: want })
+      const body = Buffer.from(await response.body.arrayBuffer())
+      t.equal(response.statusCode, 200)
+      t.notOk('unencoded-digest' in response.headers || 'unencoded-digest' in response.trailers, `${path} ${JSON.stringify(want)}: none`)
+      t.equal(response.headers['content-digest'] ?? response.trailers['content-digest'], sha256(body), `${path}: Content-Digest of the bytes sent`)
+    }
+  }
+})
