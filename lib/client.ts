@@ -120,9 +120,10 @@ export function digestInterceptor (options: DigestInterceptorOptions = {}): Dige
   const settings = clientSettings(options)
   const learnt = new PreferredAlgorithms()
   const intercept: Dispatcher.DispatcherComposeInterceptor = (dispatch) => function dispatchWithDigests (opts, given) {
-    const handler = currentHandler(given)
     // An upgrade or a tunnel has no content of its own to check.
-    if ((opts.upgrade ?? false) !== false || opts.method === 'CONNECT') return dispatch(opts, handler)
+    const upgrade = (opts.upgrade ?? false) !== false || opts.method === 'CONNECT'
+    const handler = currentHandler(given, upgrade ? 'upgrade' : 'request')
+    if (upgrade) return dispatch(opts, handler)
     const fields = fieldsOf(opts.headers)
     const request = { origin: String(opts.origin), method: opts.method, path: opts.path }
     // A digest the application set is its own: sent as it is, and never replaced on a retry.

@@ -1,5 +1,6 @@
 /** A request as the interceptor sends it: its header fields by lower-case name, and its content's bytes when known. */
 import { createReadStream, ReadStream } from 'node:fs'
+import { stat } from 'node:fs/promises'
 import type { Algorithm } from '../fields/algorithms.js'
 import { undigestedBody } from '../errors.js'
 
@@ -49,9 +50,16 @@ export interface Content {
   readonly digests?: ReadonlyMap<Algorithm, Buffer>
 }
 
-/** A file stream that has read nothing yet, whose file can be read once more to hash it. */
-function unreadFile (body: unknown): ReadStream | null {
-  return body instanceof ReadStream && typeof body.path === 'string' && !body.readableDidRead && body.bytesRead === 0 ? body : null
+/**
+ * A stream of a file's bytes that has read nothing yet, whose file can be read once more to hash
+ * them: a regular file with a size (a pipe, a device or a /proc file does not read the same twice),
+ * streamed as bytes, not decoded to text.
+ */
+async function unreadFile (body: unknown): Promise<ReadStream | null> {
+  if (!(body instanceof ReadStream) || typeof body.path !== 'string' || body.readableDidRead || body.bytesRead !== 0 ||
+    body.readableEncoding !== null) return null
+  const stats = await stat(body.path).catch(() => null)
+  return stats?.isFile() === true && stats.size > 0 ? body : null
 }
 
 async function digestOfFile (stream: ReadStream, algorithm: Algorithm): Promise<Buffer> {
@@ -97,7 +105,7 @@ export async function readContent (body: unknown, limit: number, large: LargeBod
 Promise<Content> {
   // The algorithm content past the limit is hashed with, if it may not go without a digest.
   const hashing = large === 'send' ? null : algorithm
-  const file = large === 'hash-first' ? unreadFile(body) : null
+  const file = large === 'hash-first' ? await unreadFile(body) : null
   if (hashing !== null && file !== null) return { bytes: null, body, digests: new Map([[hashing, await digestOfFile(file, hashing)]]) }
   // By their tag, as undici does: the FormData of the undici package is not Node's global one.
   const tag = (body as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
@@ -108,6 +116,9 @@ Promise<Content> {
       unknown as new (body: unknown) => Response
     const response = new Serializer(body)
     const contentType = response.headers.get('content-type') ?? undefined
+    // The FormData of another copy of undici is not one to this one's Response, which would make
+    // it the text "[object FormData]": it goes as it is, for its own undici to send, undigested.
+    if (tag === 'FormData' && !String(contentType).startsWith('multipart/form-data')) return { bytes: null, body }
     const bytes = Buffer.from(await response.arrayBuffer())
     if (bytes.length <= limit) return { bytes, body: bytes, contentType }
     if (hashing === null) return { bytes: null, body: bytes, contentType }
@@ -130,8 +141,9 @@ Promise<Content> {
     size += chunk.length
   }
   if (hashing !== null) {
-    // A stream read in part is let go (closed), not left open.
-    await iterator.return?.()
+    // A stream read in part is let go (closed), not left open; not waited for, since fetch's body
+    // settles its return only once the request does.
+    Promise.resolve(iterator.return?.()).catch(() => {})
     throw undigestedBody(limit)
   }
   async function * continued (): AsyncGenerator<Buffer> {

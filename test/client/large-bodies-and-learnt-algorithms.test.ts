@@ -4,16 +4,18 @@
 // algorithm, learnt from its digest problem, is used at once for its next requests. The oracles
 // are the plugin's verdict on a real socket, openssl over the file, and the server's count.
 import { execFileSync } from 'node:child_process'
-import { createReadStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { createReadStream, createWriteStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import t from 'tap'
 import Fastify from 'fastify'
-import { Agent, request } from 'undici'
+import { Agent, fetch as undiciFetch, request } from 'undici'
 import fastifyDigestFields from '../../lib/index.js'
 import { digestInterceptor, type DigestInterceptorOptions } from '../../lib/client.js'
 import { PreferredAlgorithms } from '../../lib/client/preferred.js'
+import { readContent } from '../../lib/client/request.js'
 import { lookupAlgorithm } from '../../lib/fields/algorithms.js'
 import { fuzzSeed, seededBytes, type Tap } from '../helpers.js'
 
@@ -85,6 +87,44 @@ t.test("largeBody: 'hash-first' hashes a file stream from its file, a Blob as re
   t.equal(received(), 3)
 })
 
+t.test("largeBody: 'hash-first' hashes a file only when it reads the same twice, as the bytes the stream sends", async (t) => {
+  // Found by the attack on the option: a pipe was read to hash it and sent empty, a stream decoded
+  // to text was sent under the digest of the file's bytes, /proc and device files read otherwise
+  // the second time, and /dev/zero was hashed for ever.
+  const { origin } = await server(t)
+  const dispatcher = client(t, { largeBody: 'hash-first' })
+  const verified = async (body: unknown): Promise<{ status: number, verified: unknown }> => {
+    const response = await request(`${origin}/upload`, { method: 'POST', dispatcher, body: body as never })
+    return { status: response.statusCode, verified: (await response.body.json() as { verified?: unknown }).verified }
+  }
+  const small = content.subarray(0, 50_000)
+  const fifo = join(folder, 'fifo')
+  execFileSync('mkfifo', [fifo])
+  const writer = createWriteStream(fifo)
+  writer.end(small)
+  t.same(await verified(createReadStream(fifo)), { status: 200, verified: { 'sha-256': createHash('sha256').update(small).digest('base64') } },
+    'a pipe is read once, into memory, and sent with the digest of what it gave')
+  const hex = await verified(createReadStream(path, { encoding: 'hex', end: 9999 }))
+  t.same(hex, { status: 200, verified: { 'sha-256': createHash('sha256').update(content.subarray(0, 10_000).toString('hex')).digest('base64') } },
+    'a stream decoded to text: the digest of the text it sends')
+  const proc = await verified(createReadStream('/proc/self/status'))
+  t.equal(proc.status, 200, 'a /proc file, whose size says nothing, is read once')
+  await t.rejects(request(`${origin}/upload`, { method: 'POST', dispatcher, body: createReadStream('/dev/zero') }),
+    { code: 'FST_DIGEST_FIELDS_BODY_NOT_DIGESTED' }, '/dev/zero is not hashed for ever: past the limit, it is refused')
+})
+
+t.test('fetch() with a body largeBody refuses rejects at once, where it never settled', async (t) => {
+  const { origin, received } = await server(t)
+  const dispatcher = client(t, { largeBody: 'refuse', maxBufferedBody: 4096 })
+  for (const body of [Buffer.alloc(50_000, 1), 'x'.repeat(4097)]) {
+    for (const fetcher of [fetch, undiciFetch]) {
+      const error = await fetcher(`${origin}/upload`, { method: 'POST', body, dispatcher } as never).then(() => null, (error: Error) => error)
+      t.match(error, { name: 'TypeError', cause: { code: 'FST_DIGEST_FIELDS_BODY_NOT_DIGESTED' } })
+    }
+  }
+  t.equal(received(), 0, 'nothing was sent')
+})
+
 t.test("largeBody: 'send' (the default) sends it as before, without a digest, for a required route to refuse", async (t) => {
   const { origin } = await server(t)
   const dispatcher = client(t, {})
@@ -116,4 +156,12 @@ t.test('the preferences learnt are bounded: the least recently used origin goes 
   t.same(['a', 'b', 'c'].map((origin) => learnt.of(origin)?.key), ['sha-512', undefined, 'sha-256'], 'b forgotten')
   learnt.learn('a', sha256 as never)
   t.equal(learnt.of('a'), sha256, 'a preference learnt again replaces the one before')
+})
+
+t.test('a FormData this undici cannot serialize (of another copy of undici) goes as it is, undigested', async (t) => {
+  // Tagged FormData, but no FormData of this realm's or of the undici package's.
+  const foreign = { [Symbol.toStringTag]: 'FormData' }
+  const content = await readContent(foreign, 1024 * 1024, 'refuse', lookupAlgorithm('sha-256') as never)
+  t.same(content, { bytes: null, body: foreign })
+  t.equal(content.body, foreign)
 })
