@@ -28,7 +28,7 @@ export function readLayout (markdown) {
 function sourceFiles (folder) {
   return readdirSync(folder).flatMap((name) => {
     const path = join(folder, name)
-    return statSync(path).isDirectory() ? sourceFiles(path) : /\.m?ts$/.test(name) ? [path] : []
+    return statSync(path).isDirectory() ? sourceFiles(path) : /\.[cm]?ts$/.test(name) ? [path] : []
   })
 }
 
@@ -44,9 +44,11 @@ function specifiersOf (source) {
   const visit = (node) => {
     const specifier = ts.isImportDeclaration(node) || ts.isExportDeclaration(node)
       ? node.moduleSpecifier
-      : ts.isImportTypeNode(node)
-        ? node.argument.literal
-        : ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword ? node.arguments[0] : undefined
+      : ts.isExternalModuleReference(node)
+        ? node.expression
+        : ts.isImportTypeNode(node)
+          ? node.argument.literal
+          : ts.isCallExpression(node) && node.expression.kind === ts.SyntaxKind.ImportKeyword ? node.arguments[0] : undefined
     if (specifier !== undefined && ts.isStringLiteral(specifier) && specifier.text.startsWith('.')) found.push(specifier.text)
     ts.forEachChild(node, visit)
   }
@@ -117,7 +119,7 @@ export function checkLayout (root) {
     const row = rowOf.get(place)
     if (row === undefined) findings.push(`lib/${file}: ${place} is not in the layout table of docs/development.md`)
     for (const specifier of specifiersOf(source)) {
-      const target = join(dirname(file), specifier).replace(/\.js$/, '.ts').replace(/\.mjs$/, '.mts')
+      const target = join(dirname(file), specifier).replace(/\.js$/, '.ts').replace(/\.([cm])js$/, '.$1ts')
       if (!graph.has(target)) {
         findings.push(`lib/${file}: imports ${specifier}, which is no file of lib/`)
         continue

@@ -25,6 +25,8 @@ t.test('every break of the layout is found, and fails the run', async (t) => {
   write('lib/index.mts', "export * from './index.js'\n")
   write('lib/client.mts', "export * from './client.js'\n")
   write('lib/index.ts', "import { x } from './client/x.js'\nexport const y = x\n")
+  // A CommonJS entry's import-equals counts too.
+  write('lib/index.cts', "import client = require('./client.js')\nexport = client\n")
   write('lib/client/x.ts', 'export const x = 1\n')
   // A circle between two places, which also breaks the order of the table.
   write('lib/fields/a.ts', "import { b } from '../request/b.js'\nexport const a = b\n")
@@ -41,7 +43,8 @@ t.test('every break of the layout is found, and fails the run', async (t) => {
   t.equal(run.status, 1, 'the run fails')
   t.same(run.stdout.trim().split('\n').sort(), [
     'import circle of 2: lib/fields/a.ts, lib/request/b.ts',
-    'lib/ has 13 files of its own (at most 12)',
+    'lib/ has 14 files of its own (at most 12)',
+    'lib/index.cts: imports lib/client.ts, but index.cts may not import client.ts',
     'lib/fields/a.ts: imports lib/request/b.ts, but fields/ may not import request/',
     'lib/index.ts: imports lib/client/x.ts, but index.ts, decorations.ts may not import client/',
     'lib/more/m.ts: more/ is not in the layout table of docs/development.md',

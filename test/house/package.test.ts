@@ -47,7 +47,7 @@ await run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', join
 
 t.test('the tarball holds both entries, their types, and no source map', async (t) => {
   const paths = files.map(({ path }) => path)
-  for (const path of ['LICENSE', 'CHANGELOG.md', 'dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/index.d.mts', 'dist/types.d.ts', 'dist/package.json',
+  for (const path of ['LICENSE', 'CHANGELOG.md', 'dist/index.cjs', 'dist/index.d.cts', 'dist/index.js', 'dist/index.mjs', 'dist/index.d.ts', 'dist/index.d.mts', 'dist/types.d.ts', 'dist/package.json',
     'dist/client.js', 'dist/client.mjs', 'dist/client.d.ts', 'dist/client.d.mts']) {
     t.ok(paths.includes(path), path)
   }
