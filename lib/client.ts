@@ -130,7 +130,7 @@ export function digestInterceptor (options: DigestInterceptorOptions = {}): Dige
     const ours = settings.field !== null && fields[settings.field] === undefined ? settings.field : null
     // The origin's own preference, once a digest problem told it.
     const preferred = ours === null ? null : learnt.of(request.origin) ?? settings.preferred[0] as Algorithm
-    const start = (content: Content): boolean => {
+    const start = (content: Content, relay: Relay | null): boolean => {
       const base: FieldMap = { ...settings.want, ...fields }
       const { bytes, body, contentType, digests } = content
       if (contentType !== undefined && base['content-type'] === undefined) base['content-type'] = contentType
@@ -143,13 +143,16 @@ export function digestInterceptor (options: DigestInterceptorOptions = {}): Dige
       }
       const first = bytes !== null || digests !== undefined ? preferred : null
       const replayable = bytes !== null || body === null || body === undefined
-      const digestHandler = new DigestHandler(settings, handler, request, base, replayable, first, send)
+      const digestHandler = new DigestHandler(settings, handler, request, base, replayable, first, send, relay)
       return send(first)
     }
     const known = knownContent(opts.body)
-    if (known !== null) return start(known)
-    readContent(opts.body, settings.maxBufferedBody, settings.largeBody, preferred).then(start, (error: Error) => {
-      handler.onResponseError?.(new Relay(), error)
+    if (known !== null) return start(known, null)
+    // The consumer holds its controller while the body is read, so that its abort ends the read.
+    const relay = new Relay()
+    handler.onRequestStart?.(relay, {})
+    readContent(opts.body, settings.maxBufferedBody, settings.largeBody, preferred, relay.signal).then((content) => start(content, relay), (error: Error) => {
+      handler.onResponseError?.(relay, error)
     })
     return true
   }

@@ -99,18 +99,21 @@ export class DigestHandler implements Handler {
   readonly #settings: ClientSettings
   readonly #handler: Handler
   readonly #send: (algorithm: Algorithm | null) => void
-  readonly #relay = new Relay()
+  readonly #relay: Relay
   readonly #replayable: boolean
   readonly #response: CheckedResponse
   readonly #request: SentRequest
   #algorithm: Algorithm | null
   #retries = 0
-  #started = false
+  #started: boolean
   #problem: HeldProblem | null = null
 
   constructor (settings: ClientSettings, handler: Handler, request: SentRequest, fields: FieldMap, replayable: boolean,
-    algorithm: Algorithm | null, send: (algorithm: Algorithm | null) => void) {
+    algorithm: Algorithm | null, send: (algorithm: Algorithm | null) => void, started: Relay | null) {
     this.#settings = settings
+    // The consumer's controller, when it was handed over before the body was read.
+    this.#relay = started ?? new Relay()
+    this.#started = started !== null
     this.#handler = handler
     this.#replayable = replayable && fields.expect === undefined
     this.#request = request

@@ -19,6 +19,7 @@ export class Relay implements Controller {
   readonly #holds = new Set<'consumer' | 'decoder'>()
   #reason: Error | null = null
   #headers: IncomingHttpHeaders = {}
+  #aborts: AbortController | null = null
 
   // What the consumer did: an attempt that fails on its own reaches it as an error.
   get aborted (): boolean { return this.#reason !== null }
@@ -34,6 +35,15 @@ export class Relay implements Controller {
     return this.#upstream?.rawHeaders ?? rawSection(this.#headers)
   }
 
+  /** Aborted with the consumer's reason: what a read of the request's body, before any attempt, stops on. */
+  get signal (): AbortSignal {
+    if (this.#aborts === null) {
+      this.#aborts = new AbortController()
+      if (this.#reason !== null) this.#aborts.abort(this.#reason)
+    }
+    return this.#aborts.signal
+  }
+
   /** The header section handed on to the consumer, for rawHeaders. */
   handedOn (headers: IncomingHttpHeaders): void {
     this.#headers = headers
@@ -47,6 +57,7 @@ export class Relay implements Controller {
 
   abort (reason: Error): void {
     this.#reason = reason
+    this.#aborts?.abort(reason)
     this.#upstream?.abort(reason)
   }
 

@@ -87,6 +87,24 @@ export function knownContent (body: unknown): Content | null {
   return null
 }
 
+/**
+ * Rejects with the consumer's reason once it aborts, having let the body go: a stream destroyed, as
+ * undici destroys a body it was sending (an iterator awaiting inside cannot be returned from).
+ */
+function abortOf (body: unknown, signal: AbortSignal): { aborted: Promise<never>, release: () => void } {
+  let abort = (): void => {}
+  const aborted = new Promise<never>((_resolve, reject) => {
+    abort = () => {
+      const reason = signal.reason as Error
+      ;(body as { destroy?: (error: Error) => void }).destroy?.(reason)
+      reject(reason)
+    }
+  })
+  if (signal.aborted) abort()
+  else signal.addEventListener('abort', abort, { once: true })
+  return { aborted, release () { signal.removeEventListener('abort', abort) } }
+}
+
 const isAsyncIterable = (body: unknown): body is AsyncIterable<unknown> =>
   typeof (body as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function'
 
@@ -101,8 +119,8 @@ const chunkOf = (chunk: unknown): Buffer => typeof chunk === 'string'
  * trailer section, where a streamed body's digest would go), or as `large` says when `algorithm`
  * is to digest it.
  */
-export async function readContent (body: unknown, limit: number, large: LargeBody, algorithm: Algorithm | null):
-Promise<Content> {
+export async function readContent (body: unknown, limit: number, large: LargeBody, algorithm: Algorithm | null,
+  signal: AbortSignal): Promise<Content> {
   // The algorithm content past the limit is hashed with, if it may not go without a digest.
   const hashing = large === 'send' ? null : algorithm
   const file = large === 'hash-first' ? await unreadFile(body) : null
@@ -130,15 +148,20 @@ Promise<Content> {
     : (body as Iterable<unknown>)[Symbol.iterator]() as Iterator<unknown> | AsyncIterator<unknown>
   const read: Buffer[] = []
   let size = 0
-  while (size <= limit) {
-    const next = await iterator.next()
-    if (next.done === true) {
-      const bytes = Buffer.concat(read, size)
-      return { bytes, body: bytes }
+  const { aborted, release } = abortOf(body, signal)
+  try {
+    while (size <= limit) {
+      const next = await Promise.race([iterator.next(), aborted])
+      if (next.done === true) {
+        const bytes = Buffer.concat(read, size)
+        return { bytes, body: bytes }
+      }
+      const chunk = chunkOf(next.value)
+      read.push(chunk)
+      size += chunk.length
     }
-    const chunk = chunkOf(next.value)
-    read.push(chunk)
-    size += chunk.length
+  } finally {
+    release()
   }
   if (hashing !== null) {
     // A stream read in part is let go (closed), not left open; not waited for, since fetch's body

@@ -161,7 +161,7 @@ t.test('the preferences learnt are bounded: the least recently used origin goes 
 t.test('a FormData this undici cannot serialize (of another copy of undici) goes as it is, undigested', async (t) => {
   // Tagged FormData, but no FormData of this realm's or of the undici package's.
   const foreign = { [Symbol.toStringTag]: 'FormData' }
-  const content = await readContent(foreign, 1024 * 1024, 'refuse', lookupAlgorithm('sha-256') as never)
+  const content = await readContent(foreign, 1024 * 1024, 'refuse', lookupAlgorithm('sha-256') as never, new AbortController().signal)
   t.same(content, { bytes: null, body: foreign })
   t.equal(content.body, foreign)
 })
