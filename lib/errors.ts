@@ -8,8 +8,10 @@ export const problemCodes = {
   // about:blank problems, and every problem under disclosure `none`, by status.
   400: 'FST_DIGEST_FIELDS_BAD_REQUEST',
   413: 'FST_DIGEST_FIELDS_CONTENT_TOO_LARGE',
-  // An append at an offset other than the upload's (resumable.ts).
-  409: 'FST_DIGEST_FIELDS_MISMATCHING_UPLOAD_OFFSET'
+  // An append at an offset other than the upload's, and length indications of an upload that
+  // disagree (uploads/upload-fields.ts).
+  409: 'FST_DIGEST_FIELDS_MISMATCHING_UPLOAD_OFFSET',
+  inconsistentLength: 'FST_DIGEST_FIELDS_INCONSISTENT_UPLOAD_LENGTH'
 } as const
 
 export type ProblemCode = typeof problemCodes[keyof typeof problemCodes]

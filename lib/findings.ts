@@ -46,9 +46,18 @@ export interface GeneralFinding {
   readonly advertise?: boolean
 }
 
+/**
+ * An upload whose length indications disagree, or whose content goes past its length or stops
+ * short of it on completion (draft-ietf-httpbis-resumable-upload-15 section 4.1.3).
+ */
+export interface InconsistentUploadLength {
+  readonly kind: 'upload-length'
+  readonly detail: string
+}
+
 export type DigestFinding = UnsupportedAlgorithm | InvalidValue | MismatchedValue
 
-export type Finding = DigestFinding | GeneralFinding
+export type Finding = DigestFinding | GeneralFinding | InconsistentUploadLength
 
 /** The preference field that answers for a field (RFC 9530 section 4, unencoded-digest section 3). */
 export function preferenceFieldOf (header: FieldName): PreferenceFieldName {

@@ -26,6 +26,7 @@ declare namespace fastifyDigestFields {
   export type ResumableUploadOptions = api.ResumableUploadOptions
   export type SavedFile = api.SavedFile
   export type StaticFileDigestsOptions = api.StaticFileDigestsOptions
+  export type UploadFields = api.UploadFields
   export type VerifiedDigest = api.VerifiedDigest
   export type VerifiedFiles = api.VerifiedFiles
 }

@@ -53,6 +53,7 @@ export type * from './types.js'
 export type * from './problems/documents.js'
 export { DigestProblem } from './problems/problems.js'
 export { staticFileDigests } from './response/static-files.js'
+export { uploadFieldsOf, type UploadFields } from './uploads/upload-fields.js'
 export {
   digestProblemSchemas,
   generalProblemSchema,

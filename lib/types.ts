@@ -111,6 +111,11 @@ export interface ResumableUpload {
   /** The offset this request's content starts at: 0 for a creation, the agreed `Upload-Offset` of an append. */
   readonly offset: number
   /**
+   * The upload's length (draft section 4.1.3): declared by `Upload-Length` on this request or an
+   * earlier one, or, once this request's content completed the upload, its size; null while unknown.
+   */
+  readonly length: number | null
+  /**
    * The whole upload's digest did not match the creation's `Repr-Digest` when this request completed
    * it: the upload failed, and nothing of it should be kept (the plugin answers with the problem).
    */

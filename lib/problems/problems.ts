@@ -1,8 +1,9 @@
 /** The renderers: findings of one kind turned into the problem document of the route's shape. */
-import type { LogLevel } from 'fastify'
 import { serializeByteSequence } from 'structured-headers'
-import type { DigestProblemDocument, DraftProblemDocument } from './documents.js'
-import { problemCodes, type ProblemCode } from '../errors.js'
+import type { DraftProblemDocument } from './documents.js'
+import { DigestProblem } from './digest-problem.js'
+import { inconsistentUploadLength } from './upload-problems.js'
+import { problemCodes } from '../errors.js'
 import {
   isListable,
   maxKeyLength,
@@ -26,39 +27,12 @@ import {
   mismatchedValuesSchema,
   mismatchingValueSchema,
   unsupportedAlgorithmSchema,
-  unsupportedAlgorithmsSchema,
-  type ProblemSchema
+  unsupportedAlgorithmsSchema
 } from './schemas.js'
 
+export { DigestProblem }
+
 type Unsupported = UnsupportedAlgorithm
-
-/** A refused request: the error a hook hands to Fastify, answered by the plugin's error handler. */
-export class DigestProblem extends Error {
-  /** What was found, from the catalogue in errors.ts; only the status under disclosure `none`. */
-  code: ProblemCode = problemCodes[400]
-
-  constructor (
-    /** The problem type that was found, logged even when the response does not disclose it. */
-    readonly type: string,
-    message: string,
-    readonly document: DigestProblemDocument,
-    readonly schema: ProblemSchema,
-    readonly headers: Readonly<Record<string, string>> = {},
-    readonly statusCode = 400
-  ) {
-    super(message)
-    this.name = 'DigestProblem'
-  }
-
-  /** The level of the problem's log line, the route's `problemLogLevel`. */
-  logLevel: LogLevel = 'info'
-  /** What the log line names: each field and algorithm found wrong, never a digest value. */
-  found: ReadonlyArray<{ readonly field: FieldName, readonly algorithm: string }> = []
-  /** How many findings `found` leaves out (it lists at most `maxListed`). */
-  notListed = 0
-  /** The message of the problem's log line, which names what was found whatever is disclosed. */
-  logMessage = ''
-}
 
 const preferenceFields = ['want-content-digest', 'want-repr-digest', 'want-unencoded-digest']
 
@@ -204,6 +178,7 @@ DigestProblem {
  */
 export function problemFor (settings: Settings, findings: readonly Finding[]): DigestProblem {
   const first = findings[0] as Finding
+  if (first.kind === 'upload-length') return inconsistentUploadLength(settings, first.detail)
   const digestFindings = first.kind === 'general' ? [] : findings as readonly DigestFinding[]
   const listed = digestFindings.filter(isListable).slice(0, maxListed)
   const problem = first.kind === 'general'

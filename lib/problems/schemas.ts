@@ -120,6 +120,14 @@ export const mismatchingUploadOffsetSchema = {
   }
 } as const
 
+export const inconsistentUploadLengthSchema = {
+  title: 'inconsistent-upload-length',
+  description: 'The length indications of an upload disagree, or its content goes past its length (draft-ietf-httpbis-resumable-upload).',
+  type: 'object',
+  required: ['type', 'title'],
+  properties: problemMembers
+} as const
+
 export const digestProblemSchemas = {
   unsupportedAlgorithm: unsupportedAlgorithmSchema,
   invalidValue: invalidValueSchema,
@@ -128,7 +136,8 @@ export const digestProblemSchemas = {
   invalidValues: invalidValuesSchema,
   mismatchedValues: mismatchedValuesSchema,
   general: generalProblemSchema,
-  mismatchingUploadOffset: mismatchingUploadOffsetSchema
+  mismatchingUploadOffset: mismatchingUploadOffsetSchema,
+  inconsistentUploadLength: inconsistentUploadLengthSchema
 } as const
 
 export type ProblemSchema = typeof digestProblemSchemas[keyof typeof digestProblemSchemas]

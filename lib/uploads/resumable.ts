@@ -1,44 +1,26 @@
 /**
- * Resumable uploads (draft-ietf-httpbis-resumable-upload-12, "Integrity Digests"): the Repr-Digest
- * of the upload creation covers every append together. The upload's running digest is hashed at the
- * source like any content, carried from one request to the next as a state the application stores
- * with the upload, and compared when a request completes the upload.
+ * Resumable uploads (draft-ietf-httpbis-resumable-upload-15) with RFC 9530's Repr-Digest: the
+ * creation's covers the whole representation, every append together. The upload's running digest
+ * is hashed at the source like any content, carried from one request to the next as a state the
+ * application stores with the upload, and compared when a request completes the upload; its
+ * length indications must agree (draft section 4.1.3).
  */
 import type { FastifyRequest } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
-import { parseItem } from 'structured-headers'
 import type { DigestAlgorithm, ResumableUpload } from '../types.js'
 import { distinct, type Algorithm } from '../fields/algorithms.js'
-import { problemCodes } from '../errors.js'
 import { judgeFields } from '../request/judge-fields.js'
 import { refusals, type Finding } from '../findings.js'
 import type { ResumableSettings, Settings } from '../options/settings.js'
 import type { Members } from '../fields/dictionary.js'
 import { chosen, preferencesOf } from '../fields/preferences.js'
 import { DigestProblem, problemFor } from '../problems/problems.js'
-import { mismatchingUploadOffsetSchema } from '../problems/schemas.js'
+import { mismatchingUploadOffset } from '../problems/upload-problems.js'
+import { declaredLength } from '../request/framing.js'
 import { compareDigests } from '../request/verdict.js'
 import { digestOfState, initialState, prepareHasher, updateState } from './hash-states.js'
 import { readState, writeState, type UploadState } from './upload-state.js'
-
-const integer = /^[ ]*[0-9]+(?![0-9.])/
-
-/** An Item field's value (RFC 9651), or null when absent or not an Item, which the draft ignores. */
-function itemOf (value: string | string[] | undefined): unknown {
-  if (typeof value !== 'string') return null
-  try {
-    return parseItem(value)[0]
-  } catch {
-    return null
-  }
-}
-
-/** Upload-Offset: a non-negative Integer, parameters ignored; else null. */
-function offsetOf (value: string | string[] | undefined): number | null {
-  const item = itemOf(value)
-  // structured-headers gives a Decimal as a number too: only digits without a point are an Integer.
-  return typeof item === 'number' && integer.test(String(value)) ? item : null
-}
+import { uploadFieldsOf, uploadLengthAfter } from './upload-fields.js'
 
 /** Whether a request appends to an upload: a PATCH document of type application/partial-upload. */
 function isAppend (headers: IncomingHttpHeaders): boolean {
@@ -49,20 +31,6 @@ function isAppend (headers: IncomingHttpHeaders): boolean {
 /** Whether a request creates an upload (it says whether it completes it) or appends to one. */
 export function isUploadRequest (headers: IncomingHttpHeaders): boolean {
   return headers['upload-complete'] !== undefined || isAppend(headers)
-}
-
-/** The draft's 409 answer to an append at an offset other than the upload's. */
-function mismatchingOffset (settings: Settings, expected: number, provided: number | null): DigestProblem {
-  const type = `${settings.typeBase}mismatching-upload-offset`
-  const title = 'offset from request does not match offset of resource'
-  const document = { type, title, 'expected-offset': expected, ...(provided === null ? {} : { 'provided-offset': provided }) }
-  const headers = { 'upload-offset': String(expected), 'upload-complete': '?0' }
-  const problem = new DigestProblem(type, `${title}: expected ${expected}, got ${provided ?? 'none'}`,
-    document as never, mismatchingUploadOffsetSchema as never, headers, 409)
-  problem.code = problemCodes[409]
-  problem.logMessage = problem.message
-  problem.logLevel = settings.problemLogLevel
-  return problem
 }
 
 interface Ended { readonly digests: Map<Algorithm, Buffer>, readonly state: string }
@@ -85,6 +53,8 @@ function unreadableState (settings: Settings, where: string): DigestProblem {
 export class RunningUpload implements ResumableUpload {
   readonly #started: UploadState
   readonly #hashes: Uint8Array[]
+  // The upload's length as the request's header section left it known, or null.
+  readonly #length: number | null
   #received = 0
   // What this request's content makes of the upload, once it is complete; stored once verified.
   #ended: Ended | null = null
@@ -92,13 +62,18 @@ export class RunningUpload implements ResumableUpload {
   /** The comparison of the whole upload failed: the upload is over. */
   failed = false
 
-  constructor (readonly creation: boolean, readonly complete: boolean, started: UploadState) {
+  constructor (readonly creation: boolean, readonly complete: boolean, started: UploadState, length: number | null) {
     this.#started = started
     this.#hashes = [...started.hashes]
+    this.#length = length
   }
 
   get offset (): number {
     return this.#started.offset
+  }
+
+  get length (): number | null {
+    return this.#accepted && this.complete ? this.offset + this.#received : this.#length
   }
 
   /** Whether a Repr-Digest of the whole upload is compared when it completes. */
@@ -114,8 +89,18 @@ export class RunningUpload implements ResumableUpload {
     }
   }
 
-  /** The mismatches of the whole upload's digest, when this request completes it; else null. */
+  /**
+   * What refuses the upload once this request's content ended: content past its length, or short
+   * of it on completion, or the mismatches of its whole digest; else null. Either ends the upload.
+   */
   findings (): Finding[] | null {
+    const indications = { offset: this.offset, declared: null, content: this.#received, complete: this.complete }
+    if (uploadLengthAfter(this.#length, indications) === 'inconsistent') {
+      this.failed = true
+      const detail = `the upload is ${String(this.#length)} bytes long, and ${this.complete ? 'completing it' : 'an append'} at ` +
+        `${this.offset} brought ${this.#received}`
+      return [{ kind: 'upload-length', detail }]
+    }
     if (!this.complete || !this.checked) return null
     const verdict = compareDigests(this.#started.expected, { received: this.#end().digests, unencoded: null })
     if (!Array.isArray(verdict)) return null
@@ -151,7 +136,13 @@ export class RunningUpload implements ResumableUpload {
     const hashes = this.#hashes
     this.#ended = {
       digests: new Map(algorithms.map((algorithm, i) => [algorithm, digestOfState(algorithm.key, hashes[i] as Uint8Array)])),
-      state: writeState({ ...this.#started, offset: this.offset + this.#received, complete: this.complete, hashes })
+      state: writeState({
+        ...this.#started,
+        offset: this.offset + this.#received,
+        complete: this.complete,
+        length: this.complete ? this.offset + this.#received : this.#length,
+        hashes
+      })
     }
     return this.#ended
   }
@@ -169,8 +160,19 @@ Promise<RunningUpload | DigestProblem | null> {
   // A resource creates uploads or takes appends as its route says: an append route's request is
   // never taken for a new upload, nor the other way round.
   if (append ? resumable.loadState === null : !resumable.creation) return problemFor(settings, [refusals.uploadRole(append)])
-  const complete = itemOf(headers['upload-complete'])
-  if (typeof complete !== 'boolean') return problemFor(settings, [refusals.uploadComplete()])
+  const fields = uploadFieldsOf(headers)
+  const complete = fields.complete
+  if (complete === null) return problemFor(settings, [refusals.uploadComplete()])
+  // Section 4.1.3: the length declared and the one a completing request's content gives agree,
+  // with each other and with what an earlier request said; no content goes past it.
+  const content = declaredLength(request)
+  const lengthOf = (known: number | null, offset: number): number | null | DigestProblem => {
+    const length = uploadLengthAfter(known, { offset, declared: fields.length, content: Number.isNaN(content) ? null : content, complete })
+    if (length !== 'inconsistent') return length
+    const detail = `Upload-Length ${String(fields.length)}, Content-Length ${Number.isNaN(content) ? 'none' : content} at offset ${offset}` +
+      `${complete ? ' completing the upload' : ''}, the length known ${String(known)}`
+    return problemFor(settings, [{ kind: 'upload-length', detail }])
+  }
   if (!append) {
     const { findings, expectations } = judgeFields(headers, settings, false)
     // A field that does not pass is refused with the request's other fields, where it is judged again.
@@ -181,17 +183,20 @@ Promise<RunningUpload | DigestProblem | null> {
     const algorithms = distinct([...expected.map(({ algorithm }) => algorithm), ...want])
     await Promise.all(algorithms.map(async ({ key }) => await prepareHasher(key)))
     const hashes = algorithms.map(({ key }) => initialState(key))
-    return new RunningUpload(true, complete, { offset: 0, complete: false, expected, want, algorithms, hashes })
+    const length = lengthOf(null, 0)
+    if (length instanceof DigestProblem) return length
+    return new RunningUpload(true, complete, { offset: 0, complete: false, length, expected, want, algorithms, hashes }, length)
   }
   const stored = await (resumable.loadState as (request: FastifyRequest) => unknown)(request)
   if (stored == null) return null
   const state = readState(stored)
   if (typeof state === 'string') return unreadableState(settings, state)
   if (state.complete) return problemFor(settings, [refusals.uploadCompleted()])
-  const provided = offsetOf(headers['upload-offset'])
-  if (provided !== state.offset) return mismatchingOffset(settings, state.offset, provided)
+  if (fields.offset !== state.offset) return mismatchingUploadOffset(settings, state.offset, fields.offset)
+  const length = lengthOf(state.length, state.offset)
+  if (length instanceof DigestProblem) return length
   await Promise.all(state.algorithms.map(async ({ key }) => await prepareHasher(key)))
-  return new RunningUpload(false, complete, state)
+  return new RunningUpload(false, complete, state, length)
 }
 
 /**

@@ -14,6 +14,8 @@ interface StoredState {
   readonly offset: number
   /** Set once a request completed the upload: it takes no more content. */
   readonly complete?: true
+  /** The upload's length, once a request declared it or completed the upload (draft section 4.1.3). */
+  readonly length?: number
   /** The creation's Repr-Digest, compared when the upload completes: base64 by algorithm key. */
   readonly expected: Readonly<Partial<Record<DigestAlgorithm, string>>>
   /** The algorithms the creation's Want-Repr-Digest chose, sent on later responses. */
@@ -26,6 +28,7 @@ interface StoredState {
 export interface UploadState {
   readonly offset: number
   readonly complete: boolean
+  readonly length: number | null
   readonly expected: readonly Expectation[]
   readonly want: readonly Algorithm[]
   /** The running hashes, in the order of `algorithms`. */
@@ -64,8 +67,11 @@ function readWhole (stored: unknown): UploadState {
     return fault('is not JSON')
   }
   if (state?.v !== 1) fault('is not of version 1')
-  const { offset, complete, want } = state
+  const { offset, complete, length, want } = state
   if (typeof offset !== 'number' || !Number.isSafeInteger(offset) || offset < 0) fault('has no offset')
+  if (length !== undefined && (typeof length !== 'number' || !Number.isSafeInteger(length) || length < offset)) {
+    fault('has a length that is not a whole number of bytes at least its offset')
+  }
   if (complete !== undefined && complete !== true) fault('has a bad completion mark')
   if (!Array.isArray(want)) fault('has no want list')
   const wanted = want.map((key: unknown) => lookupAlgorithm(String(key)) ??
@@ -79,6 +85,7 @@ function readWhole (stored: unknown): UploadState {
   return {
     offset,
     complete: complete === true,
+    length: length ?? null,
     expected: expected.map(([algorithm, value]) => ({ field: 'repr-digest', header: 'Repr-Digest', algorithm, value })),
     want: wanted,
     algorithms: running,
@@ -101,6 +108,7 @@ export function writeState (state: UploadState): string {
     v: 1,
     offset: state.offset,
     ...(state.complete ? { complete: true } : {}),
+    ...(state.length === null ? {} : { length: state.length }),
     expected: Object.fromEntries(state.expected.map(({ algorithm, value }) => [algorithm.key, base64(value)])),
     want: state.want.map(({ key }) => key),
     hashes: Object.fromEntries(state.algorithms.map(({ key }, i) =>
