@@ -182,6 +182,14 @@ export class DigestHandler implements Handler {
       this.#send(algorithm)
       return
     }
-    told.then(() => { this.#send(algorithm) }, (error: Error) => { this.#response.fail(error) })
+    // The consumer's abort ends the wait: nothing is sent once it aborted.
+    const { signal } = this.#relay
+    const aborted = (): void => { this.#response.fail(signal.reason as Error) }
+    signal.addEventListener('abort', aborted, { once: true })
+    const settle = (then: () => void) => () => {
+      signal.removeEventListener('abort', aborted)
+      if (!signal.aborted) then()
+    }
+    told.then(settle(() => { this.#send(algorithm) }), (error: Error) => { settle(() => { this.#response.fail(error) })() })
   }
 }

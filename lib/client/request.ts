@@ -62,10 +62,11 @@ async function unreadFile (body: unknown): Promise<ReadStream | null> {
   return stats?.isFile() === true && stats.size > 0 ? body : null
 }
 
-async function digestOfFile (stream: ReadStream, algorithm: Algorithm): Promise<Buffer> {
+async function digestOfFile (stream: ReadStream, algorithm: Algorithm, signal: AbortSignal): Promise<Buffer> {
   const { start, end } = stream as ReadStream & { start?: number, end?: number }
   const hash = algorithm.createHash()
-  for await (const chunk of createReadStream(stream.path as string, { start, end })) hash.update(chunk as Buffer)
+  // The consumer's abort ends the read of a file of any size, and lets the body go.
+  for await (const chunk of createReadStream(stream.path as string, { start, end, signal })) hash.update(chunk as Buffer)
   return hash.digest()
 }
 
@@ -124,7 +125,13 @@ export async function readContent (body: unknown, limit: number, large: LargeBod
   // The algorithm content past the limit is hashed with, if it may not go without a digest.
   const hashing = large === 'send' ? null : algorithm
   const file = large === 'hash-first' ? await unreadFile(body) : null
-  if (hashing !== null && file !== null) return { bytes: null, body, digests: new Map([[hashing, await digestOfFile(file, hashing)]]) }
+  if (hashing !== null && file !== null) {
+    const digest = await digestOfFile(file, hashing, signal).catch((error: unknown) => {
+      file.destroy()
+      throw signal.aborted ? signal.reason as Error : error
+    })
+    return { bytes: null, body, digests: new Map([[hashing, digest]]) }
+  }
   // By their tag, as undici does: the FormData of the undici package is not Node's global one.
   const tag = (body as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
   if (tag === 'FormData' || tag === 'Blob' || tag === 'File') {

@@ -1,14 +1,19 @@
-// The interceptor reads a streamed body into memory before it sends it, to digest it. A consumer
-// that aborts meanwhile (a body that stalls, a user who gives up) was not heard until the body
-// ended, which a stalled body never does: the request hung and held the body. The consumer now holds
-// its controller while the body is read; an abort ends the read, lets the body go, and reaches the
-// consumer as its error, and nothing is sent. (fetch() rejects on its own abort whatever a dispatcher
-// does; the handler case below is what it relies on.)
+// The interceptor waits before it sends: it reads a streamed body into memory to digest it, hashes
+// a large file first (largeBody: 'hash-first'), and waits for onRetry's promise before a retry. A
+// consumer that aborted meanwhile (a body that stalls, a user who gives up) was not heard until the
+// wait ended, which a stalled body or promise never does: the request hung and held the body. The
+// consumer now holds its controller from the start; an abort ends each wait, lets the body go, and
+// reaches the consumer as its error, with nothing (more) sent. (fetch() rejects on its own abort
+// whatever a dispatcher does; the handler case below is what it relies on.)
+import { createReadStream, type ReadStream } from 'node:fs'
+import * as fs from 'node:fs'
+import { truncate } from 'node:fs/promises'
 import { createServer } from 'node:http'
+import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import t from 'tap'
 import { Agent, request, type Dispatcher } from 'undici'
-import { digestInterceptor } from '../../lib/client.js'
+import { digestInterceptor, type DigestInterceptorOptions } from '../../lib/client.js'
 import { serving, type Tap } from '../helpers.js'
 
 async function counting (t: Tap): Promise<{ origin: string, requests: () => number }> {
@@ -21,10 +26,10 @@ async function counting (t: Tap): Promise<{ origin: string, requests: () => numb
   return { origin: await serving(t, server), requests: () => requests }
 }
 
-function client (t: Tap): Dispatcher {
+function client (t: Tap, options: DigestInterceptorOptions = { largeBody: 'refuse' }, interceptor = digestInterceptor): Dispatcher {
   const agent = new Agent()
   t.teardown(() => agent.close())
-  return agent.compose(digestInterceptor({ largeBody: 'refuse' }))
+  return agent.compose(interceptor(options))
 }
 
 /** A stream that gives one chunk, then stalls: `reading` settles once its second chunk is asked for. */
@@ -104,5 +109,61 @@ t.test('a stream that errors while it is read reaches the consumer as its error'
   const dispatcher = client(t)
   const body = new Readable({ read () { this.destroy(new Error('disk gone')) } })
   await t.rejects(request(origin, { method: 'POST', dispatcher, body }), { message: 'disk gone' })
+  t.equal(requests(), 0)
+})
+
+t.test('an abort while onRetry\'s promise is pending rejects at once, and the retry is never sent', async (t) => {
+  let requests = 0
+  const server = createServer((incoming, response) => {
+    requests++
+    incoming.resume().on('end', () => {
+      response.writeHead(400, { 'content-type': 'application/problem+json' })
+      response.end('{"type":"https://iana.org/assignments/http-problem-types#digest-mismatching-value"}')
+    })
+  })
+  t.teardown(() => { server.closeAllConnections() })
+  const origin = await serving(t, server)
+  let told = (): void => {}
+  const asked = new Promise<void>((resolve) => { told = resolve })
+  let answer = (): void => {}
+  const dispatcher = client(t, { onRetry: async () => { told(); await new Promise<void>((resolve) => { answer = resolve }) } })
+  const abort = new AbortController()
+  const sent = request(origin, { method: 'POST', dispatcher, body: 'content', signal: abort.signal })
+  await asked
+  abort.abort(new Error('gave up'))
+  await t.rejects(sent, { message: 'gave up' })
+  // onRetry answers late: nothing is sent on its word.
+  answer()
+  const after = await request(origin, { method: 'POST', dispatcher: client(t, { maxRetries: 0 }), body: 'x' })
+  await after.body.dump()
+  t.equal(requests, 2, 'the first attempt, then only the request made after')
+})
+
+t.test("largeBody: 'hash-first': an abort while a large file is hashed ends the hashing and sends nothing", async (t) => {
+  const { origin, requests } = await counting(t)
+  const folder = t.testdir()
+  const path = join(folder, 'large.bin')
+  // Sparse: 256 MiB that take no room, read in 64 KiB chunks.
+  fs.writeFileSync(path, '')
+  await truncate(path, 256 * 1024 * 1024)
+  let chunks = 0
+  const abort = new AbortController()
+  const reading = await t.mockImport<typeof import('../../lib/client/request.js')>('../../lib/client/request.js', {
+    'node:fs': {
+      ...fs,
+      createReadStream: (...args: Parameters<typeof fs.createReadStream>): ReadStream => {
+        const stream = fs.createReadStream(...args)
+        // The hashing read, from the path: the consumer aborts at its first chunk.
+        stream.on('data', () => { if (++chunks === 1) abort.abort(new Error('gave up')) })
+        return stream
+      }
+    }
+  })
+  const counted = await t.mockImport<typeof import('../../lib/client.js')>('../../lib/client.js', { '../../lib/client/request.js': reading })
+  const dispatcher = client(t, { largeBody: 'hash-first', maxBufferedBody: 1024 }, counted.digestInterceptor)
+  const body = createReadStream(path)
+  await t.rejects(request(origin, { method: 'POST', dispatcher, body, signal: abort.signal }), { message: 'gave up' })
+  t.ok(chunks < 16, `the hashing stopped after ${chunks} of 4096 chunks`)
+  t.ok(body.destroyed, 'the body was let go')
   t.equal(requests(), 0)
 })
