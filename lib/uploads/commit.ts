@@ -1,9 +1,10 @@
 /** Committing only verified content: the verdict as a promise, and files moved into place only once it is in. */
 import { rename } from 'node:fs/promises'
+import { resolve } from 'node:path'
 import type { Readable } from 'node:stream'
 import type { FastifyRequest } from 'fastify'
 import type { CommittedFiles, SavedFile, VerifiedDigest, VerifiedFiles as VerifiedFilesApi } from '../types.js'
-import { unverifiedRoute } from '../errors.js'
+import { invalidOption, unverifiedRoute } from '../errors.js'
 import type { Algorithm } from '../fields/algorithms.js'
 import type { PendingContent } from '../request/pending-content.js'
 import { isCutShort } from '../request/source.js'
@@ -59,6 +60,13 @@ function discardWhenClientLeaves (request: FastifyRequest, files: VerifiedFiles)
   })
 }
 
+/** Two files for one destination would both be reported committed, and only the last kept. */
+function refuseTaken (pending: readonly Saving[], destination: string): void {
+  if (pending.some((saving) => resolve(saving.destination) === resolve(destination))) {
+    throw invalidOption('verifiedFiles().save()', `${destination} has a file saved to it already`)
+  }
+}
+
 /** Files written beside their destinations, moved into place once the whole request verified. */
 export class VerifiedFiles implements VerifiedFilesApi {
   readonly #request: FastifyRequest
@@ -85,6 +93,7 @@ export class VerifiedFiles implements VerifiedFilesApi {
    */
   async save (content: Readable, destination: string): Promise<SavedFile> {
     this.#refuseSettled(true)
+    refuseTaken(this.#pending, destination)
     const saving = saveFile(content, destination, this.#algorithm)
     this.#pending.push(saving)
     const { written } = saving
