@@ -123,7 +123,7 @@ export interface ResumableUpload {
   /**
    * The running digest's state to store with the upload, a few hundred bytes of JSON: once the
    * content is verified it covers it; before, or after a failure or abort, it is the state the
-   * request started from.
+   * request started from, with the length the request made known.
    */
   state (): string
   /** The digests of the whole upload so far, once this request's content is verified; else empty. */

@@ -114,9 +114,13 @@ export class RunningUpload implements ResumableUpload {
     this.#accepted = true
   }
 
-  /** Once the content is verified, the state after it; before, or after a failure or an abort, the one it started from. */
+  /**
+   * Once the content is verified, the state after it; before, or after a failure or an abort, the
+   * one it started from, with the length its header section made known (draft section 4.1.3: the
+   * server records it, however the request ends).
+   */
   state (): string {
-    return this.#accepted ? this.#end().state : writeState(this.#started)
+    return this.#accepted ? this.#end().state : writeState({ ...this.#started, length: this.#length })
   }
 
   digests (): Partial<Record<DigestAlgorithm, Buffer>> {

@@ -4,11 +4,13 @@
 // inconsistent-upload-length problem before any content, and content that goes past the length or
 // stops short of it on completion once it ended; it keeps the length in the upload's state. The
 // oracle is a small model of the rule, independent of lib/, checked over seeded random sequences.
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import { Readable } from 'node:stream'
 import t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify'
 import fastifyDigestFields, { uploadFieldsOf, type ResumableUpload } from '../../lib/index.js'
-import { fuzzSeed, problemTypes, seededRandom, type Tap } from '../helpers.js'
+import { fuzzSeed, listen, problemTypes, seededRandom, type Tap } from '../helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 
@@ -150,4 +152,32 @@ t.test('random sequences of creations and appends agree with the model', async (
     }
     t.same(got, expected.slice(0, got.length), `round ${round}: ${JSON.stringify(steps)}`)
   }
+})
+
+t.test('a completing request cut short leaves the length its header section made known in the state', async (t) => {
+  const app = Fastify()
+  t.teardown(async () => await app.close())
+  await app.register(fastifyDigestFields)
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+  let stored = (_state: string): void => {}
+  const kept = new Promise<string>((resolve) => { stored = resolve })
+  app.post('/', { config: { digest: { resumable: { creation: true } } } }, async (request) => {
+    try {
+      for await (const chunk of request.raw) void chunk
+    } finally {
+      stored((request.resumableUpload as ResumableUpload).state())
+    }
+    return 'never'
+  })
+  const port = await listen(app)
+  const started = once(app.server, 'request')
+  const socket = connect({ host: '127.0.0.1', port })
+  await once(socket, 'connect')
+  socket.write(['POST / HTTP/1.1', 'Host: localhost', 'Upload-Complete: ?1', 'Content-Length: 32', '', 'the first eight'].join('\r\n'))
+  // Cut once the server has the request: its header section was read.
+  await started
+  socket.destroy()
+  const state = JSON.parse(await kept) as { offset: number, length?: number }
+  t.same([state.offset, state.length], [0, 32], 'no content kept, the length recorded')
 })
