@@ -1,12 +1,16 @@
-// Resumable uploads (draft-ietf-httpbis-resumable-upload-12) over the filesystem, with the digest
-// of the whole upload verified across appends, restarts and servers: `node examples/resumable-upload-server.js`.
-//   POST   /resumable       creates an upload (Upload-Complete: ?0 or ?1), with its first content
-//   HEAD   /resumable/:id   its offset
-//   PATCH  /resumable/:id   appends (Content-Type: application/partial-upload, Upload-Offset)
-//   DELETE /resumable/:id   cancels it
+// Resumable uploads (draft-ietf-httpbis-resumable-upload-15, interop version 9) over the
+// filesystem, with the digest of the whole upload verified across appends, restarts and servers
+// (RFC 9530 Repr-Digest): `node examples/resumable-upload-server.js`.
+//   OPTIONS     /resumable       Upload-Limit
+//   POST        /resumable       creates an upload (Upload-Complete: ?0 or ?1), with its first content;
+//                                a 104 announces it first where Node can send one (24.21, 26.10)
+//   HEAD or GET /resumable/:id   its offset, and its length once known
+//   PATCH       /resumable/:id   appends (Content-Type: application/partial-upload, Upload-Offset)
+//   DELETE      /resumable/:id   cancels it
 // Each upload is two files in UPLOAD_DIR: `<id>.part`, the bytes received, and `<id>.json`, its
-// offset and the running digest's state; a completed upload is moved to `<id>`.
+// offset, length and the running digest's state; a completed upload is moved to `<id>`.
 import { randomUUID } from 'node:crypto'
+import { ServerResponse } from 'node:http'
 import { createWriteStream, realpathSync } from 'node:fs'
 import { mkdir, mkdtemp, readFile, rename, rm, truncate, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -15,6 +19,13 @@ import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import fastifyDigestFields from 'fastify-digest-fields'
+
+/** The draft's interop version this server speaks (its Appendix B): a 104 goes only to its clients. */
+export const interopVersion = '9'
+// No limits of its own: the draft's way to say so (section 4.1.4).
+const uploadLimit = 'min-size=0'
+/** Whether this Node can send a 104 (ServerResponse.writeInformation, Node 24.21 and 26.10). */
+export const canSend104 = typeof ServerResponse.prototype.writeInformation === 'function'
 
 // Upload ids are 32 hex digits: read from the URL before validation too, never a path of their own.
 const idPattern = /^[0-9a-f]{32}$/
@@ -128,11 +139,16 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     } catch (error) {
       // A file still being opened when the content failed would be created after it was removed.
       if (!writer.closed) await new Promise((resolve) => writer.once('close', resolve))
-      if (upload.creation || upload.failed) await cancel(id)
-      else await truncate(part, upload.offset)
+      if (upload.failed || (upload.creation && !meta.announced)) {
+        await cancel(id)
+      } else {
+        // Only verified content is kept; the length the request made known is (section 4.1.3).
+        await truncate(part, upload.offset)
+        await writeMeta(id, { ...meta, length: upload.length, state: upload.state() })
+      }
       throw error
     }
-    const updated = { ...meta, offset: upload.offset + writer.bytesWritten, state: upload.state() }
+    const updated = { ...meta, offset: upload.offset + writer.bytesWritten, length: upload.length, state: upload.state() }
     if (upload.complete) {
       await rename(part, paths(id).done)
       updated.complete = true
@@ -146,7 +162,17 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
   function answer (reply, id, meta, status) {
     reply.header('upload-complete', meta.complete ? '?1' : '?0')
     if (meta.complete) return reply.code(200).send({ id, size: meta.offset, digests: meta.digests })
-    return reply.code(status).header('upload-limit', 'min-size=0').send()
+    return reply.code(status).headers(offsetFields(meta)).send()
+  }
+
+  // What an offset retrieval and an incomplete upload's answers tell (draft sections 4.2.2, 4.3.2).
+  function offsetFields (meta) {
+    return {
+      'upload-offset': String(meta.offset),
+      'upload-complete': meta.complete ? '?1' : '?0',
+      ...(meta.length == null ? {} : { 'upload-length': String(meta.length) }),
+      'upload-limit': uploadLimit
+    }
   }
 
   // POST /resumable creates uploads; each upload resource takes appends, whose running digest the
@@ -170,31 +196,43 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
         .send({ type: 'about:blank', title: 'Bad Request', detail: 'an upload creation carries Upload-Complete' })
     }
     const id = randomUUID().replaceAll('-', '')
-    reply.header('location', `/resumable/${id}`)
+    const location = `/resumable/${id}`
+    reply.header('location', location)
     await locks.acquire(id, request, reply)
     return locks.within(request, async (signal) => {
-      // Node cannot send a 104 that would announce the upload before its content: a client learns
-      // of it only from this answer, so a creation that fails leaves nothing.
+      // A client of this interop version is told of the upload in a 104 before its content, so that
+      // it can resume an interrupted creation (section 4.2.2): the upload exists from then on, at
+      // offset 0. Without a 104 a client learns of it only from this answer, so a creation that
+      // fails leaves nothing.
+      const announced = canSend104 && String(request.headers['upload-draft-interop-version']).trim() === interopVersion
+      const meta = { offset: 0, complete: false, length: upload.length, state: upload.state(), announced }
+      if (announced) {
+        await writeFile(paths(id).part, '')
+        await writeMeta(id, meta)
+        reply.raw.writeInformation(104, { location, 'upload-limit': uploadLimit, 'upload-draft-interop-version': interopVersion })
+      }
       try {
-        return answer(reply, id, await append(id, request, { complete: false }, signal), 201)
+        return answer(reply, id, await append(id, request, meta, signal), 201)
       } catch (error) {
-        await cancel(id)
-        reply.removeHeader('location')
+        if (!announced) reply.removeHeader('location')
         throw error
       }
     })
   })
 
-  app.head('/resumable/:id', { schema: { params: uploadId } }, (request, reply) => locks.within(request, async () => {
+  // Upload-Limit before any upload (section 4.1.4); OPTIONS on an upload resource says the same.
+  app.options('/resumable', (_request, reply) => reply.code(204).header('upload-limit', uploadLimit).send())
+  app.options('/resumable/:id', { schema: { params: uploadId } }, (_request, reply) =>
+    reply.code(204).header('upload-limit', uploadLimit).send())
+
+  // Offset retrieval: HEAD, or GET, whose content the draft leaves undefined (section 4.3).
+  const retrieveOffset = (request, reply) => locks.within(request, async () => {
     const meta = await readMeta(request.params.id)
     if (meta === null) return reply.code(404).send()
-    return reply.code(204).headers({
-      'upload-offset': String(meta.offset),
-      'upload-complete': meta.complete ? '?1' : '?0',
-      'upload-limit': 'min-size=0',
-      'cache-control': 'no-store'
-    }).send()
-  }))
+    return reply.code(204).headers({ ...offsetFields(meta), 'cache-control': 'no-store' }).send()
+  })
+  app.head('/resumable/:id', { schema: { params: uploadId } }, retrieveOffset)
+  app.get('/resumable/:id', { schema: { params: uploadId } }, retrieveOffset)
 
   app.patch('/resumable/:id', { schema: { params: uploadId }, config: appends }, (request, reply) => locks.within(request, async (signal) => {
     const { id } = request.params
@@ -225,4 +263,5 @@ if (process.argv[1] !== undefined && realpathSync(process.argv[1]) === fileURLTo
   const app = await buildServer({ uploadDir })
   await app.listen({ host: '127.0.0.1', port: Number(process.env.PORT ?? 3000) })
   app.log.info(`uploads are kept in ${uploadDir}`)
+  if (!canSend104) app.log.info(`Node ${process.version} cannot send a 104 (Upload Resumption Supported): no ServerResponse.writeInformation() before Node 24.21`)
 }

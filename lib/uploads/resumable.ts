@@ -116,8 +116,7 @@ export class RunningUpload implements ResumableUpload {
 
   /**
    * Once the content is verified, the state after it; before, or after a failure or an abort, the
-   * one it started from, with the length its header section made known (draft section 4.1.3: the
-   * server records it, however the request ends).
+   * one it started from with the length its header made known (recorded however it ends, 4.1.3).
    */
   state (): string {
     return this.#accepted ? this.#end().state : writeState({ ...this.#started, length: this.#length })

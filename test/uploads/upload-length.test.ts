@@ -164,7 +164,7 @@ t.test('a completing append cut short leaves the length its header section made 
   let stored = (): void => {}
   const handler = async (request: FastifyRequest): Promise<string> => {
     try {
-      for await (const chunk of request.raw) void chunk
+      for await (const chunk of request.raw) (chunk as Buffer).subarray(0, 0)
     } finally {
       state = (request.resumableUpload as ResumableUpload).state()
       stored()
