@@ -69,3 +69,28 @@ t.test('the example server passes every check but keeping the bytes of an append
   const sends104 = typeof (ServerResponse.prototype as { writeInformation?: unknown }).writeInformation === 'function'
   t.same(await failedChecks(`${origin}`, ['--interop-version', '9', ...(sends104 ? [] : ['--no-104'])]), ['append-interrupted-saves-data'])
 })
+
+t.test('curl sees the 104 where Node can send one, to a client of interop version 9 only', async (t) => {
+  const uploads = await mkdtemp(join(tmpdir(), 'conformance-uploads-'))
+  t.teardown(() => rm(uploads, { recursive: true, force: true }))
+  const origin = await serve(t, [join(import.meta.dirname, '../../examples/resumable-upload-server.js')], { UPLOAD_DIR: uploads }, join(import.meta.dirname, '../..'))
+  const sends104 = typeof (ServerResponse.prototype as { writeInformation?: unknown }).writeInformation === 'function'
+  const interims = async (version: string): Promise<string[]> => {
+    const { stderr } = await run('curl', ['-sv', '-o', '/dev/null', '-X', 'POST', '-H', `Upload-Draft-Interop-Version: ${version}`,
+      '-H', 'Upload-Complete: ?1', '--data-binary', 'hello', `${origin}/resumable`])
+    // curl's verbose lines of what the server sent, of every response before the final one.
+    const lines = stderr.split('\n').filter((line) => line.startsWith('< ')).map((line) => line.slice(2).trim().toLowerCase())
+    const final = lines.findIndex((line) => /^http\/1\.1 200/.test(line))
+    t.ok(final >= 0, 'a final 200')
+    return lines.slice(0, final).filter((line) => line !== '')
+  }
+  const announced = await interims('9')
+  if (sends104) {
+    t.match(announced[0], /^http\/1\.1 104/, `Node ${process.version} sends a 104`)
+    t.ok(announced.some((line) => /^location: \/resumable\/[0-9a-f]{32}$/.test(line)), 'with the upload\'s Location')
+    t.ok(announced.includes('upload-draft-interop-version: 9') && announced.includes('upload-limit: min-size=0'))
+  } else {
+    t.same(announced, [], `Node ${process.version} sends none`)
+  }
+  t.same(await interims('8'), [], 'none to a client of another interop version')
+})
