@@ -93,7 +93,7 @@ export function knownContent (body: unknown): Content | null {
  * undici destroys a body it was sending (an iterator awaiting inside cannot be returned from).
  */
 function abortOf (body: unknown, signal: AbortSignal): { aborted: Promise<never>, release: () => void } {
-  let abort = (): void => {}
+  let abort!: () => void
   const aborted = new Promise<never>((_resolve, reject) => {
     abort = () => {
       const reason = signal.reason as Error

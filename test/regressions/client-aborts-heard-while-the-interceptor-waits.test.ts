@@ -104,6 +104,25 @@ t.test('a handler of dispatch() that aborts while the body is read gets its erro
   t.equal(requests(), 0)
 })
 
+t.test('a consumer that aborts as its request starts has a stream body let go before any of it is read', async (t) => {
+  const { origin, requests } = await counting(t)
+  const dispatcher = client(t)
+  let reads = 0
+  const body = new Readable({ read () { reads++; this.push('never sent') } })
+  const events: string[] = []
+  await new Promise<void>((resolve) => {
+    dispatcher.dispatch({ origin, path: '/', method: 'POST', body }, {
+      onRequestStart (controller) { events.push('start'); controller.abort(new Error('at once')) },
+      onResponseStart () { events.push('response') },
+      onResponseData () { events.push('data') },
+      onResponseEnd () { events.push('end') },
+      onResponseError (_controller, error) { events.push(`error ${error.message}`); resolve() }
+    })
+  })
+  t.same(events, ['start', 'error at once'])
+  t.same([reads, body.destroyed, requests()], [0, true, 0])
+})
+
 t.test('a stream that errors while it is read reaches the consumer as its error', async (t) => {
   const { origin, requests } = await counting(t)
   const dispatcher = client(t)
@@ -165,5 +184,23 @@ t.test("largeBody: 'hash-first': an abort while a large file is hashed ends the 
   await t.rejects(request(origin, { method: 'POST', dispatcher, body, signal: abort.signal }), { message: 'gave up' })
   t.ok(chunks < 16, `the hashing stopped after ${chunks} of 4096 chunks`)
   t.ok(body.destroyed, 'the body was let go')
+  t.equal(requests(), 0)
+
+  // A file that fails while it is hashed fails the request with its error, the body let go too.
+  const failing = await t.mockImport<typeof import('../../lib/client/request.js')>('../../lib/client/request.js', {
+    'node:fs': {
+      ...fs,
+      createReadStream: (...args: Parameters<typeof fs.createReadStream>): ReadStream => {
+        const stream = fs.createReadStream(...args)
+        stream.once('data', () => { stream.destroy(Object.assign(new Error('disk read failed'), { code: 'EIO' })) })
+        return stream
+      }
+    }
+  })
+  const broken = await t.mockImport<typeof import('../../lib/client.js')>('../../lib/client.js', { '../../lib/client/request.js': failing })
+  const other = createReadStream(path)
+  await t.rejects(request(origin, { method: 'POST', dispatcher: client(t, { largeBody: 'hash-first', maxBufferedBody: 1024 }, broken.digestInterceptor), body: other }),
+    { code: 'EIO' })
+  t.ok(other.destroyed)
   t.equal(requests(), 0)
 })
