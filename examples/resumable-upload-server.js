@@ -8,7 +8,8 @@
 //   PATCH       /resumable/:id   appends (Content-Type: application/partial-upload, Upload-Offset)
 //   DELETE      /resumable/:id   cancels it
 // Each upload is two files in UPLOAD_DIR: `<id>.part`, the bytes received, and `<id>.json`, its
-// offset, length and the running digest's state; a completed upload is moved to `<id>`.
+// offset, length and the running digest's state; a completed upload is moved to `<id>`. Its lock
+// is in UPLOAD_DIR/.locks, so that several processes can serve one folder.
 import { randomUUID } from 'node:crypto'
 import { ServerResponse } from 'node:http'
 import { createWriteStream, realpathSync } from 'node:fs'
@@ -19,6 +20,7 @@ import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import fastifyDigestFields from 'fastify-digest-fields'
+import { FolderLocks } from './upload-folder-locks.js'
 
 /** The draft's interop version this server speaks (its Appendix B): a 104 goes only to its clients. */
 export const interopVersion = '9'
@@ -31,31 +33,60 @@ export const canSend104 = typeof ServerResponse.prototype.writeInformation === '
 const idPattern = /^[0-9a-f]{32}$/
 const uploadId = { type: 'object', properties: { id: { type: 'string', pattern: idPattern.source } }, required: ['id'] }
 
+const takenOver = () => Object.assign(new Error('a newer request took the upload over'), { statusCode: 409 })
+
 /**
  * One request at a time on an upload (the draft's "Concurrency"). A new request ends the newest one
  * before it: its connection is closed and its signal aborted, which ends its pipeline even where
  * Node would leave a pipeline from a destroyed request unsettled. The new one then waits until every
  * request before it is done: until its handler has put the upload's files back in order, or, for
- * one that never reached its handler, until its response went or its client left.
+ * one that never reached its handler, until its response went or its client left. With a folder,
+ * the same across the processes that serve it (upload-folder-locks.js).
  */
 export class UploadLocks {
   // The newest request of each upload, until every request of the upload is done.
   #newest = new Map()
+  #folder
+
+  constructor (folder = null) {
+    this.#folder = folder === null ? null : new FolderLocks(folder)
+  }
+
+  close () {
+    this.#folder?.close()
+  }
 
   async acquire (id, request, reply) {
     const previous = this.#newest.get(id)
     const lock = { request, inHandler: false, controller: new AbortController() }
-    const own = new Promise((resolve) => { lock.release = resolve })
+    let ended = false
+    let letGo = null
+    const own = new Promise((resolve) => {
+      // The folder's lock is let go first, once it was taken.
+      lock.release = () => {
+        ended = true
+        Promise.resolve(letGo?.()).then(resolve, resolve)
+      }
+    })
     lock.released = previous === undefined ? own : Promise.all([own, previous.released])
     this.#newest.set(id, lock)
     lock.released.then(() => { if (this.#newest.get(id) === lock) this.#newest.delete(id) })
     request.uploadLock = lock
     reply.raw.once('close', () => { if (!lock.inHandler && !reply.raw.writableFinished) lock.release() })
+    const giveWay = () => {
+      lock.controller.abort()
+      request.raw.destroy()
+    }
     if (previous !== undefined) {
       previous.controller.abort()
       previous.request.raw.destroy()
       await previous.released
     }
+    if (this.#folder === null) return
+    const release = await this.#folder.hold(id, giveWay)
+    // A request that ended while it waited lets the folder's lock go at once.
+    if (ended) await release()
+    else letGo = release
   }
 
   /** Runs a handler's work on the upload, unless a newer request took it over meanwhile. */
@@ -63,7 +94,7 @@ export class UploadLocks {
     const lock = request.uploadLock
     if (lock.controller.signal.aborted) {
       lock.release()
-      throw Object.assign(new Error('a newer request took the upload over'), { statusCode: 409 })
+      throw takenOver()
     }
     lock.inHandler = true
     try {
@@ -76,7 +107,8 @@ export class UploadLocks {
 
 export async function buildServer ({ uploadDir, logger = true } = {}) {
   const app = Fastify({ logger })
-  const locks = new UploadLocks()
+  const locks = new UploadLocks(uploadDir)
+  app.addHook('onClose', async () => { locks.close() })
   app.decorateRequest('uploadLock', null)
   // Before the plugin's hook, which loads the upload's state: the upload is held first.
   app.addHook('onRequest', async (request, reply) => {
@@ -131,7 +163,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     const { part } = paths(id)
     // Node 26 never settles a pipeline from a request destroyed before it starts (a newer request
     // took the upload over, or the client left), even with an aborted signal.
-    signal.throwIfAborted()
+    if (signal.aborted) throw takenOver()
     if (request.raw.destroyed) throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
     const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
     try {
@@ -146,7 +178,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
         await truncate(part, upload.offset)
         await writeMeta(id, { ...meta, length: upload.length, state: upload.state() })
       }
-      throw error
+      throw signal.aborted ? takenOver() : error
     }
     const updated = { ...meta, offset: upload.offset + writer.bytesWritten, length: upload.length, state: upload.state() }
     if (upload.complete) {
@@ -197,8 +229,10 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     }
     const id = randomUUID().replaceAll('-', '')
     const location = `/resumable/${id}`
-    reply.header('location', location)
     await locks.acquire(id, request, reply)
+    // Named once held: a problem the plugin answered meanwhile (content that failed before any
+    // reader came) names no upload.
+    reply.header('location', location)
     return locks.within(request, async (signal) => {
       // A client of this interop version is told of the upload in a 104 before its content, so that
       // it can resume an interrupted creation (section 4.2.2): the upload exists from then on, at

@@ -1,0 +1,126 @@
+// Several instances of the example server on one folder (issue 27): an upload's requests are taken
+// one at a time across processes, and a newer request takes over from an older one running in the
+// other process (draft-ietf-httpbis-resumable-upload-15, "Concurrency"). Two processes serve one
+// folder; each append goes to either, and in seeded random rounds an append stalls half-sent on one
+// while the same append goes whole to the other. The oracles: a model of the upload's bytes and
+// offsets, the file left on disk, and Node's createHash over the bytes the test sent.
+import { spawn, type ChildProcess } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { once } from 'node:events'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { watch } from 'node:fs/promises'
+import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { createInterface } from 'node:readline'
+import t from 'tap'
+import { request } from 'undici'
+import { fuzzSeed, seededBytes, seededRandom, type Tap } from '../helpers.js'
+
+t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
+const random = seededRandom(fuzzSeed)
+const int = (below: number): number => Math.floor(random() * below)
+const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('base64')
+
+interface Instance { origin: string, port: number, child: ChildProcess }
+
+async function start (t: Tap, uploadDir: string): Promise<Instance> {
+  const child = spawn(process.execPath, ['examples/resumable-upload-server.js'], {
+    env: { ...process.env, PORT: '0', UPLOAD_DIR: uploadDir }, stdio: ['ignore', 'pipe', 'inherit']
+  })
+  t.teardown(async () => {
+    const exited = once(child, 'exit')
+    child.kill()
+    await exited
+  })
+  const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
+  for await (const line of lines) {
+    const match = /Server listening at (http:\/\/127\.0\.0\.1:(\d+))/.exec(line)
+    if (match !== null) {
+      // Its log keeps flowing, so that a full pipe never holds the server.
+      child.stdout?.resume()
+      return { origin: match[1] as string, port: Number(match[2]), child }
+    }
+  }
+  throw new Error('the example server did not start')
+}
+
+/** Resolves once `<id>.lock` in the folder's .locks names `pid`: that process holds the upload. */
+async function heldBy (uploadDir: string, id: string, pid: number): Promise<void> {
+  const path = join(uploadDir, '.locks', `${id}.lock`)
+  const holds = (): boolean => existsSync(path) && (JSON.parse(readFileSync(path, 'utf8') || '{}') as { pid?: number }).pid === pid
+  const watching = new AbortController()
+  const events = watch(join(uploadDir, '.locks'), { signal: watching.signal })[Symbol.asyncIterator]()
+  try {
+    // Looked at once the watch is on, so that no change between the two is missed.
+    while (!holds()) await events.next()
+  } finally {
+    watching.abort()
+  }
+}
+
+async function append (origin: string, location: string, offset: number, part: Buffer, complete: boolean): Promise<{ status: number, body: string }> {
+  const response = await request(origin + location, {
+    method: 'PATCH',
+    headers: { 'content-type': 'application/partial-upload', 'upload-offset': String(offset), 'upload-complete': complete ? '?1' : '?0' },
+    body: part
+  })
+  return { status: response.statusCode, body: await response.body.text() }
+}
+
+t.test('two processes on one folder: appends to either, and a newer one taking over a stalled one in the other', async (t) => {
+  const uploadDir = mkdtempSync(join(tmpdir(), 'resumable-two-'))
+  t.teardown(() => rmSync(uploadDir, { recursive: true, force: true }))
+  const instances: [Instance, Instance] = [await start(t, uploadDir), await start(t, uploadDir)]
+  const either = (): Instance => instances[int(2)] as Instance
+  for (let round = 0; round < 4; round++) {
+    const data = seededBytes(1 + int(200_000), int(2 ** 31))
+    const cuts = [0, ...Array.from({ length: 3 }, () => int(data.length)).sort((a, b) => a - b), data.length]
+    const created = await request(`${either().origin}/resumable`, {
+      method: 'POST', headers: { 'upload-complete': '?0', 'repr-digest': `sha-256=:${sha256(data)}:` }, body: data.subarray(0, cuts[1])
+    })
+    t.equal(created.statusCode, 201)
+    await created.body.dump()
+    const location = created.headers.location as string
+    const id = location.split('/').pop() as string
+    let offset = cuts[1] as number
+    let takeovers = 0
+    for (let i = 2; i < cuts.length; i++) {
+      const part = data.subarray(offset, cuts[i])
+      const complete = i === cuts.length - 1
+      const [taker, stalled] = int(2) === 0 ? instances : [instances[1], instances[0]]
+      if (part.length > 1 && int(2) === 0) {
+        // Half of the append on one process, held there; then the whole append on the other.
+        const socket = connect({ host: '127.0.0.1', port: stalled.port })
+        await once(socket, 'connect')
+        socket.on('error', () => {})
+        // Its end: a refusal, or its connection closed.
+        const ended = new Promise<string>((resolve) => {
+          socket.once('data', (data: Buffer) => { resolve(data.toString('latin1').split(' ')[1] as string) })
+          socket.once('close', () => { resolve('closed') })
+        })
+        socket.write([`PATCH ${location} HTTP/1.1`, 'Host: localhost', 'Content-Type: application/partial-upload',
+          `Upload-Offset: ${offset}`, `Upload-Complete: ${complete ? '?1' : '?0'}`, `Content-Length: ${part.length}`, '', ''].join('\r\n'))
+        socket.write(part.subarray(0, part.length >> 1))
+        await heldBy(uploadDir, id, stalled.child.pid as number)
+        const answer = await append(taker.origin, location, offset, part, complete)
+        t.equal(answer.status, complete ? 200 : 204, `round ${round}: the newer append, on the other process, is taken`)
+        t.match(await ended, /^(409|closed)$/, 'the stalled one was ended')
+        socket.destroy()
+        takeovers++
+      } else {
+        const answer = await append(taker.origin, location, offset, part, complete)
+        t.equal(answer.status, complete ? 200 : 204, `round ${round}: an append on either process`)
+      }
+      offset = cuts[i] as number
+      if (!complete) {
+        const head = await request(`${either().origin}${location}`, { method: 'HEAD' })
+        t.equal(head.headers['upload-offset'], String(offset), 'both processes tell the offset of the model')
+      }
+    }
+    t.ok(readFileSync(join(uploadDir, id)).equals(data), `round ${round}: the file is the bytes sent, ${takeovers} appends taken over`)
+    t.notOk(existsSync(join(uploadDir, `${id}.part`)), 'no part left')
+    t.match(JSON.parse(readFileSync(join(uploadDir, `${id}.json`), 'utf8')), { complete: true, offset: data.length, length: data.length },
+      'and what both processes tell of it is the whole upload')
+  }
+})
