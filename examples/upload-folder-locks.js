@@ -77,8 +77,9 @@ export class FolderLocks {
         await removeStale(path, holder)
         continue
       }
-      // Asked again now and then: a holder that took the lock as the first ask came saw none.
-      if (polls % 50 === 0) await writeFile(takeover, '')
+      // Asked again now and then, with new content so that the holder's process sees a change: a
+      // holder that took the lock as the first ask came saw none.
+      if (polls % 50 === 0) await writeFile(takeover, String(polls))
       asked = true
       if (Date.now() - started > maxWaitMs) throw Object.assign(new Error('another process holds the upload'), { statusCode: 503 })
       await delay(pollMs)

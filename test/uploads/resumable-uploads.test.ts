@@ -19,6 +19,8 @@ type BuildServer = (options: { uploadDir: string, logger: boolean }) => Promise<
 const { buildServer } = await import('../../examples/resumable-upload-server.js' as string) as { buildServer: BuildServer }
 
 t.comment(`seed ${fuzzSeed}`)
+// Server processes are started and killed before every request: more than tap's 30 s on a busy machine.
+t.setTimeout(180_000)
 const random = seededRandom(fuzzSeed)
 const int = (below: number): number => Math.floor(random() * below)
 

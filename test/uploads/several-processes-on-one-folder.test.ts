@@ -7,8 +7,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { watch } from 'node:fs/promises'
+import { existsSync, mkdtempSync, readFileSync, rmSync, watch } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -49,14 +48,17 @@ async function start (t: Tap, uploadDir: string): Promise<Instance> {
 async function heldBy (uploadDir: string, id: string, pid: number): Promise<void> {
   const path = join(uploadDir, '.locks', `${id}.lock`)
   const holds = (): boolean => existsSync(path) && (JSON.parse(readFileSync(path, 'utf8') || '{}') as { pid?: number }).pid === pid
-  const watching = new AbortController()
-  const events = watch(join(uploadDir, '.locks'), { signal: watching.signal })[Symbol.asyncIterator]()
-  try {
-    // Looked at once the watch is on, so that no change between the two is missed.
-    while (!holds()) await events.next()
-  } finally {
-    watching.abort()
-  }
+  await new Promise<void>((resolve) => {
+    const check = (): void => {
+      if (!holds()) return
+      watcher.close()
+      resolve()
+    }
+    // Looked at once the watch is on (fs.watch starts at once, the promise API's only when first
+    // read), so that no change between the two is missed.
+    const watcher = watch(join(uploadDir, '.locks'), check)
+    check()
+  })
 }
 
 async function append (origin: string, location: string, offset: number, part: Buffer, complete: boolean): Promise<{ status: number, body: string }> {
