@@ -8,8 +8,7 @@
 //   PATCH       /resumable/:id   appends (Content-Type: application/partial-upload, Upload-Offset)
 //   DELETE      /resumable/:id   cancels it
 // Each upload is two files in UPLOAD_DIR: `<id>.part`, the bytes received, and `<id>.json`, its
-// offset, length and the running digest's state; a completed upload is moved to `<id>`. Its lock
-// is in UPLOAD_DIR/.locks, so that several processes can serve one folder.
+// offset, length and the running digest's state; a completed upload is moved to `<id>`.
 import { randomUUID } from 'node:crypto'
 import { ServerResponse } from 'node:http'
 import { createWriteStream, realpathSync } from 'node:fs'
@@ -20,7 +19,6 @@ import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import fastifyDigestFields from 'fastify-digest-fields'
-import { FolderLocks } from './upload-folder-locks.js'
 
 /** The draft's interop version this server speaks (its Appendix B): a 104 goes only to its clients. */
 export const interopVersion = '9'
@@ -40,53 +38,27 @@ const takenOver = () => Object.assign(new Error('a newer request took the upload
  * before it: its connection is closed and its signal aborted, which ends its pipeline even where
  * Node would leave a pipeline from a destroyed request unsettled. The new one then waits until every
  * request before it is done: until its handler has put the upload's files back in order, or, for
- * one that never reached its handler, until its response went or its client left. With a folder,
- * the same across the processes that serve it (upload-folder-locks.js).
+ * one that never reached its handler, until its response went or its client left. Within one
+ * process: several processes serving one folder would need a lock in the folder.
  */
 export class UploadLocks {
   // The newest request of each upload, until every request of the upload is done.
   #newest = new Map()
-  #folder
-
-  constructor (folder = null) {
-    this.#folder = folder === null ? null : new FolderLocks(folder)
-  }
-
-  close () {
-    this.#folder?.close()
-  }
 
   async acquire (id, request, reply) {
     const previous = this.#newest.get(id)
     const lock = { request, inHandler: false, controller: new AbortController() }
-    let ended = false
-    let letGo = null
-    const own = new Promise((resolve) => {
-      // The folder's lock is let go first, once it was taken.
-      lock.release = () => {
-        ended = true
-        Promise.resolve(letGo?.()).then(resolve, resolve)
-      }
-    })
+    const own = new Promise((resolve) => { lock.release = resolve })
     lock.released = previous === undefined ? own : Promise.all([own, previous.released])
     this.#newest.set(id, lock)
     lock.released.then(() => { if (this.#newest.get(id) === lock) this.#newest.delete(id) })
     request.uploadLock = lock
     reply.raw.once('close', () => { if (!lock.inHandler && !reply.raw.writableFinished) lock.release() })
-    const giveWay = () => {
-      lock.controller.abort()
-      request.raw.destroy()
-    }
     if (previous !== undefined) {
       previous.controller.abort()
       previous.request.raw.destroy()
       await previous.released
     }
-    if (this.#folder === null) return
-    const release = await this.#folder.hold(id, giveWay)
-    // A request that ended while it waited lets the folder's lock go at once.
-    if (ended) await release()
-    else letGo = release
   }
 
   /** Runs a handler's work on the upload, unless a newer request took it over meanwhile. */
@@ -107,8 +79,7 @@ export class UploadLocks {
 
 export async function buildServer ({ uploadDir, logger = true } = {}) {
   const app = Fastify({ logger })
-  const locks = new UploadLocks(uploadDir)
-  app.addHook('onClose', async () => { locks.close() })
+  const locks = new UploadLocks()
   app.decorateRequest('uploadLock', null)
   // Before the plugin's hook, which loads the upload's state: the upload is held first.
   app.addHook('onRequest', async (request, reply) => {
