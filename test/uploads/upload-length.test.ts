@@ -96,6 +96,17 @@ t.test('appends: a length that changes, content past it, and a completion short 
   t.equal(seen.length, 1, 'the handler reading it never saw its end')
   store.state = created
 
+  // The same measured on completion: a stream that stops short of the length, and a stream whose
+  // Upload-Length disagrees, refused in the header section though its size is unknown there.
+  const short = await append(4, { 'upload-complete': '?1' }, Readable.from([Buffer.from('ef')]))
+  t.equal(short.statusCode, 400)
+  t.equal(short.headers['upload-complete'], '?1', 'a completion short of its length ends the upload')
+  store.state = created
+  const declared = await append(4, { 'upload-length': '12' }, Readable.from([Buffer.from('ef')]))
+  t.same([declared.statusCode, declared.headers['upload-complete']], [400, '?0'], 'refused before its content')
+  t.same(declared.json(), inconsistent)
+  t.equal(store.state, created)
+
   t.same((await append(4, {}, 'efg')).json(), { length: 10 })
   t.same((await append(7, { 'upload-complete': '?1', 'upload-length': '10' }, 'hij')).json(), { length: 10 })
   t.equal(JSON.parse(store.state as string).length, 10)
