@@ -8,7 +8,8 @@
 //   PATCH       /resumable/:id   appends (Content-Type: application/partial-upload, Upload-Offset)
 //   DELETE      /resumable/:id   cancels it
 // Each upload is two files in UPLOAD_DIR: `<id>.part`, the bytes received, and `<id>.json`, its
-// offset, length and the running digest's state; a completed upload is moved to `<id>`.
+// offset, length and the running digest's state; a completed upload is moved to `<id>`. Its lock
+// is in UPLOAD_DIR/.locks, so that several processes can serve one folder.
 import { randomUUID } from 'node:crypto'
 import { ServerResponse } from 'node:http'
 import { createWriteStream, realpathSync } from 'node:fs'
@@ -19,6 +20,7 @@ import { pipeline } from 'node:stream/promises'
 import { fileURLToPath } from 'node:url'
 import Fastify from 'fastify'
 import fastifyDigestFields from 'fastify-digest-fields'
+import { FolderLocks } from './upload-folder-locks.js'
 
 /** The draft's interop version this server speaks (its Appendix B): a 104 goes only to its clients. */
 export const interopVersion = '9'
@@ -38,27 +40,56 @@ const takenOver = () => Object.assign(new Error('a newer request took the upload
  * before it: its connection is closed and its signal aborted, which ends its pipeline even where
  * Node would leave a pipeline from a destroyed request unsettled. The new one then waits until every
  * request before it is done: until its handler has put the upload's files back in order, or, for
- * one that never reached its handler, until its response went or its client left. Within one
- * process: several processes serving one folder would need a lock in the folder.
+ * one that never reached its handler, until its response went or its client left. With a folder,
+ * the same across the processes that serve it (upload-folder-locks.js).
  */
 export class UploadLocks {
   // The newest request of each upload, until every request of the upload is done.
   #newest = new Map()
+  #folder
+
+  constructor (folder = null) {
+    this.#folder = folder === null ? null : new FolderLocks(folder)
+  }
+
+  close () {
+    this.#folder?.close()
+  }
 
   async acquire (id, request, reply) {
     const previous = this.#newest.get(id)
     const lock = { request, inHandler: false, controller: new AbortController() }
-    const own = new Promise((resolve) => { lock.release = resolve })
+    let ended = false
+    let letGo = null
+    const own = new Promise((resolve) => {
+      // The folder's lock is let go first, once it was taken.
+      lock.release = () => {
+        if (ended) return
+        ended = true
+        // A request still waiting for the folder's lock stops waiting.
+        lock.controller.abort()
+        Promise.resolve(letGo?.()).then(resolve, resolve)
+      }
+    })
     lock.released = previous === undefined ? own : Promise.all([own, previous.released])
     this.#newest.set(id, lock)
     lock.released.then(() => { if (this.#newest.get(id) === lock) this.#newest.delete(id) })
     request.uploadLock = lock
     reply.raw.once('close', () => { if (!lock.inHandler && !reply.raw.writableFinished) lock.release() })
+    // An answered request is let be: closing its connection would cut the client's next request on it.
+    lock.end = () => {
+      lock.controller.abort()
+      if (!reply.raw.writableEnded) request.raw.destroy()
+    }
     if (previous !== undefined) {
-      previous.controller.abort()
-      previous.request.raw.destroy()
+      previous.end()
       await previous.released
     }
+    if (this.#folder === null) return
+    const release = await this.#folder.hold(id, lock.end, lock.controller.signal)
+    // A request that ended while it waited lets the folder's lock go at once, if it got it.
+    if (ended) await release?.()
+    else letGo = release
   }
 
   /** Runs a handler's work on the upload, unless a newer request took it over meanwhile. */
@@ -79,7 +110,8 @@ export class UploadLocks {
 
 export async function buildServer ({ uploadDir, logger = true } = {}) {
   const app = Fastify({ logger })
-  const locks = new UploadLocks()
+  const locks = new UploadLocks(uploadDir)
+  app.addHook('onClose', async () => { locks.close() })
   app.decorateRequest('uploadLock', null)
   // Before the plugin's hook, which loads the upload's state: the upload is held first.
   app.addHook('onRequest', async (request, reply) => {
@@ -145,9 +177,9 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
       if (upload.failed || (upload.creation && !meta.announced)) {
         await cancel(id)
       } else {
-        // Only verified content is kept; the length the request made known is (section 4.1.3).
+        // None of the request's content is kept, even verified; the length it made known is (4.1.3).
         await truncate(part, upload.offset)
-        await writeMeta(id, { ...meta, length: upload.length, state: upload.state() })
+        await writeMeta(id, { ...meta, length: upload.length, state: upload.state({ contentKept: false }) })
       }
       throw signal.aborted ? takenOver() : error
     }

@@ -123,9 +123,11 @@ export interface ResumableUpload {
   /**
    * The running digest's state to store with the upload, a few hundred bytes of JSON: once the
    * content is verified it covers it; before, or after a failure or abort, it is the state the
-   * request started from, with the length the request made known.
+   * request started from, with the length the request made known. An application that keeps none
+   * of verified content (its write failed, a newer request took the upload over) stores
+   * `state({ contentKept: false })`, the state the request started from, with that length.
    */
-  state (): string
+  state (options?: { contentKept?: boolean }): string
   /** The digests of the whole upload so far, once this request's content is verified; else empty. */
   digests (): Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 }

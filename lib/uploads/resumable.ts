@@ -115,11 +115,11 @@ export class RunningUpload implements ResumableUpload {
   }
 
   /**
-   * Once the content is verified, the state after it; before, or after a failure or an abort, the
-   * one it started from with the length its header made known (recorded however it ends, 4.1.3).
+   * Once the content is verified and kept, the state after it; else the one it started from with
+   * the length its header made known (recorded however the request ends, 4.1.3).
    */
-  state (): string {
-    return this.#accepted ? this.#end().state : writeState({ ...this.#started, length: this.#length })
+  state ({ contentKept = true } = {}): string {
+    return this.#accepted && contentKept ? this.#end().state : writeState({ ...this.#started, length: this.#length })
   }
 
   digests (): Partial<Record<DigestAlgorithm, Buffer>> {

@@ -114,6 +114,24 @@ t.test('a flipped byte in an earlier request fails the completing one with the m
   }
 })
 
+t.test('verified content the application does not keep: state({ contentKept: false }) is where the request started', async (t) => {
+  const { app, seen } = await build(t)
+  const data = seededBytes(9000, 6)
+  await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?0', 'upload-length': '9000', 'repr-digest': member('sha-256', data) }, payload: data.subarray(0, 4000) })
+  const append = { ...partial, 'upload-complete': '?0', 'upload-offset': '4000' }
+  t.equal((await app.inject({ method: 'PATCH', url: '/', headers: append, payload: data.subarray(4000, 6000) })).statusCode, 200)
+  const dropped = seen[1]?.upload as ResumableUpload
+  t.equal(offsetOf(dropped.state()), 6000, 'state() covers the verified content')
+  const started = dropped.state({ contentKept: false })
+  t.same(JSON.parse(started), { ...JSON.parse(seen[0]?.state as string), length: 9000 }, 'state({ contentKept: false }) is the one it started from')
+  // The application wrote none of it: the client sends it again, from the state stored without it.
+  const again = await app.inject({ method: 'PATCH', url: '/', headers: { ...append, 'x-state': started }, payload: data.subarray(4000, 6000) })
+  t.equal(again.statusCode, 200)
+  const completed = await app.inject({ method: 'PATCH', url: '/', headers: { ...partial, 'upload-complete': '?1', 'upload-offset': '6000' }, payload: data.subarray(6000) })
+  t.equal(completed.statusCode, 200, 'and the whole upload verifies')
+  t.equal(seen[3]?.digests['sha-256'], digestOf('sha-256', data))
+})
+
 t.test('the creation\'s own content is the upload when Upload-Complete is ?1', async (t) => {
   const { app, seen } = await build(t)
   const good = await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?1', 'repr-digest': member('sha-256', 'whole') }, payload: 'whole' })
