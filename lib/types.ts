@@ -115,19 +115,20 @@ export interface ResumableUpload {
    * earlier one, or, once this request's content completed the upload, its size; null while unknown.
    */
   readonly length: number | null
-  /**
-   * The whole upload's digest did not match the creation's `Repr-Digest` when this request completed
-   * it: the upload failed, and nothing of it should be kept (the plugin answers with the problem).
-   */
+  /** The whole upload's digest did not match when this request completed it: keep nothing of it. */
   readonly failed: boolean
   /**
    * The running digest's state to store with the upload, a few hundred bytes of JSON: once the
-   * content is verified it covers it; before, or after a failure or abort, it is the state the
-   * request started from, with the length the request made known. An application that keeps none
-   * of verified content (its write failed, a newer request took the upload over) stores
-   * `state({ contentKept: false })`, the state the request started from, with that length.
+   * content is verified and kept (`contentKept`, default true) it covers it; else it is the state
+   * the request started from, with the length the request made known.
    */
   state (options?: { contentKept?: boolean }): string
+  /**
+   * The state up to `offset`, for an application that keeps the bytes of a request cut short up to
+   * there; null when the request carries a digest of its own content (`Content-Digest`,
+   * `Unencoded-Digest`), the upload failed, or `offset` is not one of the last 64 chunk ends.
+   */
+  stateAt (offset: number): string | null
   /** The digests of the whole upload so far, once this request's content is verified; else empty. */
   digests (): Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 }

@@ -9,7 +9,7 @@ import type { FastifyRequest } from 'fastify'
 import type { IncomingHttpHeaders } from 'node:http'
 import type { DigestAlgorithm, ResumableUpload } from '../types.js'
 import { distinct, type Algorithm } from '../fields/algorithms.js'
-import { judgeFields } from '../request/judge-fields.js'
+import { announcedFields, judgeFields } from '../request/judge-fields.js'
 import { refusals, type Finding } from '../findings.js'
 import type { ResumableSettings, Settings } from '../options/settings.js'
 import type { Members } from '../fields/dictionary.js'
@@ -18,9 +18,10 @@ import { DigestProblem, problemFor } from '../problems/problems.js'
 import { mismatchingUploadOffset } from '../problems/upload-problems.js'
 import { declaredLength } from '../request/framing.js'
 import { compareDigests } from '../request/verdict.js'
-import { digestOfState, initialState, prepareHasher, updateState } from './hash-states.js'
+import { digestOfState, initialState, prepareHasher } from './hash-states.js'
 import { readState, writeState, type UploadState } from './upload-state.js'
 import { uploadFieldsOf, uploadLengthAfter } from './upload-fields.js'
+import { RunningHashes } from './running-hashes.js'
 
 /** Whether a request appends to an upload: a PATCH document of type application/partial-upload. */
 function isAppend (headers: IncomingHttpHeaders): boolean {
@@ -31,6 +32,22 @@ function isAppend (headers: IncomingHttpHeaders): boolean {
 /** Whether a request creates an upload (it says whether it completes it) or appends to one. */
 export function isUploadRequest (headers: IncomingHttpHeaders): boolean {
   return headers['upload-complete'] !== undefined || isAppend(headers)
+}
+
+/**
+ * Whether the bytes of a request cut short may be kept: not when it carries a digest of its own
+ * content, which they were never verified against (a Repr-Digest on an append is not compared).
+ */
+function partsKept (headers: IncomingHttpHeaders): boolean {
+  return headers['content-digest'] === undefined && headers['unencoded-digest'] === undefined &&
+    announcedFields(headers).every((field) => field === 'repr-digest')
+}
+
+/** Content past the upload's length, or short of it on completion (section 4.1.3); else null. */
+function lengthFinding (length: number | null, offset: number, content: number, complete: boolean): Finding | null {
+  if (uploadLengthAfter(length, { offset, declared: null, content, complete }) !== 'inconsistent') return null
+  const detail = `the upload is ${String(length)} bytes long, and ${complete ? 'completing it' : 'an append'} at ${offset} brought ${content}`
+  return { kind: 'upload-length', detail }
 }
 
 interface Ended { readonly digests: Map<Algorithm, Buffer>, readonly state: string }
@@ -52,19 +69,19 @@ function unreadableState (settings: Settings, where: string): DigestProblem {
  */
 export class RunningUpload implements ResumableUpload {
   readonly #started: UploadState
-  readonly #hashes: Uint8Array[]
+  readonly #running: RunningHashes
   // The upload's length as the request's header section left it known, or null.
   readonly #length: number | null
-  #received = 0
   // What this request's content makes of the upload, once it is complete; stored once verified.
   #ended: Ended | null = null
   #accepted = false
   /** The comparison of the whole upload failed: the upload is over. */
   failed = false
 
-  constructor (readonly creation: boolean, readonly complete: boolean, started: UploadState, length: number | null) {
+  // Parts of the content are kept only when the request carries no digest of its own content.
+  constructor (readonly creation: boolean, readonly complete: boolean, started: UploadState, length: number | null, partsKept: boolean) {
     this.#started = started
-    this.#hashes = [...started.hashes]
+    this.#running = new RunningHashes(started.algorithms, started.hashes, partsKept)
     this.#length = length
   }
 
@@ -73,7 +90,7 @@ export class RunningUpload implements ResumableUpload {
   }
 
   get length (): number | null {
-    return this.#accepted && this.complete ? this.offset + this.#received : this.#length
+    return this.#accepted && this.complete ? this.offset + this.#running.received : this.#length
   }
 
   /** Whether a Repr-Digest of the whole upload is compared when it completes. */
@@ -82,11 +99,7 @@ export class RunningUpload implements ResumableUpload {
   }
 
   update (bytes: Buffer): void {
-    this.#received += bytes.length
-    const { algorithms } = this.#started
-    for (let i = 0; i < algorithms.length; i++) {
-      this.#hashes[i] = updateState((algorithms[i] as Algorithm).key, this.#hashes[i] as Uint8Array, bytes)
-    }
+    this.#running.update(bytes)
   }
 
   /**
@@ -94,12 +107,10 @@ export class RunningUpload implements ResumableUpload {
    * of it on completion, or the mismatches of its whole digest; else null. Either ends the upload.
    */
   findings (): Finding[] | null {
-    const indications = { offset: this.offset, declared: null, content: this.#received, complete: this.complete }
-    if (uploadLengthAfter(this.#length, indications) === 'inconsistent') {
+    const overrun = lengthFinding(this.#length, this.offset, this.#running.received, this.complete)
+    if (overrun !== null) {
       this.failed = true
-      const detail = `the upload is ${String(this.#length)} bytes long, and ${this.complete ? 'completing it' : 'an append'} at ` +
-        `${this.offset} brought ${this.#received}`
-      return [{ kind: 'upload-length', detail }]
+      return [overrun]
     }
     if (!this.complete || !this.checked) return null
     const verdict = compareDigests(this.#started.expected, { received: this.#end().digests, unencoded: null })
@@ -108,7 +119,6 @@ export class RunningUpload implements ResumableUpload {
     return verdict
   }
 
-  /** The content was verified: the stored state now covers it too. */
   accept (): void {
     this.#end()
     this.#accepted = true
@@ -120,6 +130,13 @@ export class RunningUpload implements ResumableUpload {
    */
   state ({ contentKept = true } = {}): string {
     return this.#accepted && contentKept ? this.#end().state : writeState({ ...this.#started, length: this.#length })
+  }
+
+  stateAt (offset: number): string | null {
+    if (this.#accepted && offset === this.offset + this.#running.received) return this.state()
+    const hashes = this.#running.at(offset - this.offset)
+    if (this.failed || hashes === null) return null
+    return writeState({ ...this.#started, offset, hashes, length: this.#length })
   }
 
   digests (): Partial<Record<DigestAlgorithm, Buffer>> {
@@ -136,14 +153,14 @@ export class RunningUpload implements ResumableUpload {
   #end (): Ended {
     if (this.#ended !== null) return this.#ended
     const { algorithms } = this.#started
-    const hashes = this.#hashes
+    const { hashes, received } = this.#running
     this.#ended = {
       digests: new Map(algorithms.map((algorithm, i) => [algorithm, digestOfState(algorithm.key, hashes[i] as Uint8Array)])),
       state: writeState({
         ...this.#started,
-        offset: this.offset + this.#received,
+        offset: this.offset + received,
         complete: this.complete,
-        length: this.complete ? this.offset + this.#received : this.#length,
+        length: this.complete ? this.offset + received : this.#length,
         hashes
       })
     }
@@ -188,7 +205,7 @@ Promise<RunningUpload | DigestProblem | null> {
     const hashes = algorithms.map(({ key }) => initialState(key))
     const length = lengthOf(null, 0)
     if (length instanceof DigestProblem) return length
-    return new RunningUpload(true, complete, { offset: 0, complete: false, length, expected, want, algorithms, hashes }, length)
+    return new RunningUpload(true, complete, { offset: 0, complete: false, length, expected, want, algorithms, hashes }, length, partsKept(headers))
   }
   const stored = await (resumable.loadState as (request: FastifyRequest) => unknown)(request)
   if (stored == null) return null
@@ -199,7 +216,7 @@ Promise<RunningUpload | DigestProblem | null> {
   const length = lengthOf(state.length, state.offset)
   if (length instanceof DigestProblem) return length
   await Promise.all(state.algorithms.map(async ({ key }) => await prepareHasher(key)))
-  return new RunningUpload(false, complete, state, length)
+  return new RunningUpload(false, complete, state, length, partsKept(headers))
 }
 
 /**
