@@ -108,7 +108,12 @@ export class UploadLocks {
   }
 }
 
-export async function buildServer ({ uploadDir, logger = true } = {}) {
+/** Whether a 104 may go to this request's client: this Node can send one, and it speaks this interop version. */
+function speaks104 (request) {
+  return canSend104 && String(request.headers['upload-draft-interop-version']).trim() === interopVersion
+}
+
+export async function buildServer ({ uploadDir, logger = true, progressEveryMs = 1000 } = {}) {
   const app = Fastify({ logger })
   const locks = new UploadLocks(uploadDir)
   app.addHook('onClose', async () => { locks.close() })
@@ -157,11 +162,12 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
   }
 
   /**
-   * Appends the request's content at the offset agreed with the plugin. Only verified content is
-   * kept: on any failure (a digest, an abort) the file goes back to where the request started, and
-   * a creation, or an upload whose whole digest failed, is removed.
+   * Appends the request's content at the offset agreed with the plugin. What is written is kept
+   * when the request fails (a client that left, a newer request), as far as the plugin can give the
+   * state of exactly those bytes; a creation no client knows of, or an upload whose whole digest
+   * failed, is removed. A client of this interop version hears the offset kept so far in 104s.
    */
-  async function append (id, request, meta, signal) {
+  async function append (id, request, reply, meta, signal) {
     const upload = request.resumableUpload
     const { part } = paths(id)
     // Node 26 never settles a pipeline from a request destroyed before it starts (a newer request
@@ -169,20 +175,26 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     if (signal.aborted) throw takenOver()
     if (request.raw.destroyed) throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
     const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
+    const progress = speaks104(request) && (!upload.creation || meta.announced) ? reportProgress(id, request, reply, meta, writer) : null
     try {
       await pipeline(request.raw, writer, { signal })
     } catch (error) {
       // A file still being opened when the content failed would be created after it was removed.
       if (!writer.closed) await new Promise((resolve) => writer.once('close', resolve))
+      const reported = await progress?.stop()
       if (upload.failed || (upload.creation && !meta.announced)) {
         await cancel(id)
       } else {
-        // None of the request's content is kept, even verified; the length it made known is (4.1.3).
-        await truncate(part, upload.offset)
-        await writeMeta(id, { ...meta, length: upload.length, state: upload.state({ contentKept: false }) })
+        // The bytes written, if the plugin gives their state; else those of the last 104; else none.
+        const state = upload.stateAt(upload.offset + writer.bytesWritten)
+        const kept = state !== null ? { offset: upload.offset + writer.bytesWritten, state } : reported ?? { offset: upload.offset, state: upload.state({ contentKept: false }) }
+        await truncate(part, kept.offset)
+        // The length the request made known is recorded however it ends (section 4.1.3).
+        await writeMeta(id, { ...meta, ...kept, length: upload.length })
       }
       throw signal.aborted ? takenOver() : error
     }
+    await progress?.stop()
     const updated = { ...meta, offset: upload.offset + writer.bytesWritten, length: upload.length, state: upload.state() }
     if (upload.complete) {
       await rename(part, paths(id).done)
@@ -191,6 +203,34 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
     }
     await writeMeta(id, updated)
     return updated
+  }
+
+  /**
+   * Every `progressEveryMs`, stores the offset written so far with its state, then tells it in a 104
+   * (sections 4.2.2 and 4.4.2): an offset told is never taken back, so it is stored first. Resolves
+   * `stop()` with the last one stored, once none is being stored.
+   */
+  function reportProgress (id, request, reply, meta, writer) {
+    const upload = request.resumableUpload
+    let reported = null
+    let storing = Promise.resolve()
+    const timer = setInterval(() => {
+      storing = storing.then(async () => {
+        const offset = upload.offset + writer.bytesWritten
+        const state = upload.stateAt(offset)
+        if (state === null || offset === (reported?.offset ?? upload.offset) || reply.raw.headersSent) return
+        await writeMeta(id, { ...meta, offset, state, length: upload.length })
+        reported = { offset, state }
+        reply.raw.writeInformation(104, { 'upload-offset': String(offset), 'upload-draft-interop-version': interopVersion })
+      })
+    }, progressEveryMs)
+    return {
+      async stop () {
+        clearInterval(timer)
+        await storing
+        return reported
+      }
+    }
   }
 
   // Upload-Complete: ?1 is the answer of the resource the upload was for: here, what was stored.
@@ -241,7 +281,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
       // it can resume an interrupted creation (section 4.2.2): the upload exists from then on, at
       // offset 0. Without a 104 a client learns of it only from this answer, so a creation that
       // fails leaves nothing.
-      const announced = canSend104 && String(request.headers['upload-draft-interop-version']).trim() === interopVersion
+      const announced = speaks104(request)
       const meta = { offset: 0, complete: false, length: upload.length, state: upload.state(), announced }
       if (announced) {
         await writeFile(paths(id).part, '')
@@ -249,7 +289,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
         reply.raw.writeInformation(104, { location, 'upload-limit': uploadLimit, 'upload-draft-interop-version': interopVersion })
       }
       try {
-        return answer(reply, id, await append(id, request, meta, signal), 201)
+        return answer(reply, id, await append(id, request, reply, meta, signal), 201)
       } catch (error) {
         if (!announced) reply.removeHeader('location')
         throw error
@@ -280,7 +320,7 @@ export async function buildServer ({ uploadDir, logger = true } = {}) {
         .send({ type: 'about:blank', title: 'Bad Request', detail: 'the upload is complete' })
     }
     // The plugin agreed on the offset with the stored state before the content was sent.
-    return answer(reply, id, await append(id, request, meta, signal), 204)
+    return answer(reply, id, await append(id, request, reply, meta, signal), 204)
   }))
 
   app.delete('/resumable/:id', { schema: { params: uploadId } }, (request, reply) => locks.within(request, async () => {

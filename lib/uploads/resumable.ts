@@ -133,10 +133,10 @@ export class RunningUpload implements ResumableUpload {
   }
 
   stateAt (offset: number): string | null {
-    if (this.#accepted && offset === this.offset + this.#running.received) return this.state()
-    const hashes = this.#running.at(offset - this.offset)
+    const whole = this.#accepted && offset === this.offset + this.#running.received
+    const hashes = whole ? this.#running.hashes : this.#running.at(offset - this.offset)
     if (this.failed || hashes === null) return null
-    return writeState({ ...this.#started, offset, hashes, length: this.#length })
+    return writeState({ ...this.#started, offset, hashes, length: this.length })
   }
 
   digests (): Partial<Record<DigestAlgorithm, Buffer>> {

@@ -161,11 +161,16 @@ t.test('stateAt: the last 64 chunk ends, the start, and nothing of a failed uplo
   await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?0' }, payload: Readable.from(chunks) })
   const { upload, ends } = seen as unknown as { upload: ResumableUpload, ends: number[] }
   t.equal(ends.at(-1), 1000)
-  t.equal(upload.stateAt(1000), upload.state(), 'the end of verified content is state()')
+  t.same(JSON.parse(upload.stateAt(1000) as string), JSON.parse(upload.state()), 'the end of verified content is state()')
   t.equal(JSON.parse(upload.stateAt(1000 - 630) as string).offset, 370, 'a chunk end among the last 64')
   t.equal(upload.stateAt(1000 - 640), null, 'one older is not kept')
   t.equal(upload.stateAt(995), null, 'nor is a point within a chunk')
   t.equal(JSON.parse(upload.stateAt(0) as string).offset, 0, 'the start is')
+  await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?1', 'repr-digest': `sha-256=:${sha256(Buffer.from('bytes'))}:` }, payload: 'bytes' })
+  const completed = (seen as unknown as { upload: ResumableUpload }).upload
+  t.match(JSON.parse(completed.state()), { complete: true, offset: 5, length: 5 }, 'a completing request\'s state() completes the upload')
+  t.match(JSON.parse(completed.stateAt(5) as string), { offset: 5, length: 5 }, 'its stateAt() keeps all of it')
+  t.notOk(JSON.parse(completed.stateAt(5) as string).complete, 'but not as complete')
   const failed = await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?1', 'repr-digest': `sha-256=:${sha256(Buffer.from('other'))}:` }, payload: 'bytes' })
   t.equal(failed.statusCode, 400)
   t.equal((seen as unknown as { upload: ResumableUpload }).upload.stateAt(0), null, 'a failed upload gives no state')
