@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
+import { readFileSync, watch } from 'node:fs'
+import { join } from 'node:path'
 import { connect as h2connect, constants as h2, type OutgoingHttpHeaders } from 'node:http2'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
@@ -251,4 +253,30 @@ export async function pluginCountingOpens (t: Tap): Promise<{ opened: string[], 
   })
   const plugin = await t.mockImport<typeof import('../lib/index.js')>('../lib/index.js', { '../lib/response/file-digests.js': counted })
   return { opened, plugin }
+}
+
+/**
+ * Resolves once the example resumable server's lock of upload `id` (UPLOAD_DIR/.locks/<id>.lock) is
+ * held by process `pid`, or by none if null.
+ */
+export async function lockHeld (uploadDir: string, id: string, pid: number | null): Promise<void> {
+  const path = join(uploadDir, '.locks', `${id}.lock`)
+  const holder = (): number | null => {
+    try {
+      return (JSON.parse(readFileSync(path, 'utf8')) as { pid: number }).pid
+    } catch {
+      return null
+    }
+  }
+  await new Promise<void>((resolve) => {
+    const check = (): void => {
+      if (holder() !== pid) return
+      watcher.close()
+      resolve()
+    }
+    // Looked at once the watch is on (fs.watch starts at once, the promise API's only when first
+    // read), so that no change between the two is missed.
+    const watcher = watch(join(uploadDir, '.locks'), check)
+    check()
+  })
 }

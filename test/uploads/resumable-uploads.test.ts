@@ -1,14 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, watch } from 'node:fs'
 import { once } from 'node:events'
+import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { request } from 'undici'
-import { fuzzSeed, listen, problemTypes, rawRequest, seededBytes, seededRandom, type Tap } from '../helpers.js'
+import { fuzzSeed, listen, lockHeld, problemTypes, rawRequest, seededBytes, seededRandom, type Tap } from '../helpers.js'
 
 // Issue 19, part 3: an upload in several appends is verified as a whole against the Repr-Digest of
 // its creation, across server restarts. The oracles are Node's createHash over the bytes the test
@@ -123,7 +124,54 @@ t.test('an upload in 1 to 8 appends, the server process killed and started again
 
 interface Model { data: Buffer, offset: number, flipped: boolean, state: 'open' | 'complete' | 'gone' }
 
-t.test('property: random appends, offsets, corruptions and restarts against a model of the draft', async (t) => {
+/** Resolves once the file at `path` is longer than `size`. */
+async function grown (path: string, size: number): Promise<void> {
+  await new Promise<void>((resolve) => {
+    const check = (): void => {
+      if (statSync(path).size <= size) return
+      watcher.close()
+      resolve()
+    }
+    const watcher = watch(path, check)
+    check()
+  })
+}
+
+/**
+ * An append of the rest cut short once its request holds the upload, with or without a Content-Digest
+ * of the whole part and now and then a byte flipped; the client then resumes from the offset HEAD or
+ * GET gives, which may keep a prefix of what was sent, none of it when the append carried its digest.
+ */
+async function interrupt (t: Tap, origin: string, uploadDir: string, location: string, model: Model): Promise<void> {
+  const part = Buffer.from(model.data.subarray(model.offset))
+  if (part.length === 0) return
+  const withDigest = int(2) === 0
+  const flipAt = int(3) === 0 ? int(part.length) : -1
+  if (flipAt >= 0) part[flipAt] = (part[flipAt] as number) ^ 1
+  const sent = int(part.length)
+  const id = location.split('/').pop() as string
+  // The last request's lock is let go first, so that the one held is this one.
+  await lockHeld(uploadDir, id, null)
+  const socket = connect({ host: '127.0.0.1', port: Number(new URL(origin).port) })
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  socket.write([`PATCH ${location} HTTP/1.1`, 'Host: localhost', 'Content-Type: application/partial-upload', `Upload-Offset: ${model.offset}`,
+    'Upload-Complete: ?0', `Content-Length: ${part.length}`, ...(withDigest ? [`Content-Digest: ${member('sha-256', part)}`] : []), '', ''].join('\r\n'))
+  socket.write(part.subarray(0, sent))
+  await lockHeld(uploadDir, id, process.pid)
+  // Without a digest of its own, its bytes reach the file as they come: cut once some did.
+  if (!withDigest && sent > 0) await grown(join(uploadDir, `${id}.part`), model.offset)
+  socket.destroy()
+  const method = int(2) === 0 ? 'HEAD' : 'GET'
+  const told = Number((await send(origin, method, location, {})).headers['upload-offset'])
+  const kept = told - model.offset
+  t.ok(kept >= 0 && kept <= sent && (!withDigest || kept === 0),
+    `an append cut after ${sent} of ${part.length} bytes${withDigest ? ', with its Content-Digest,' : ''} kept ${kept}, told by ${method}`)
+  model.flipped ||= flipAt >= 0 && flipAt < kept
+  model.offset = told
+}
+
+t.test('property: random appends, offsets, corruptions, interruptions and restarts against a model of the draft', async (t) => {
   const uploadDir = folder(t)
   let app = await buildServer({ uploadDir, logger: false })
   let origin = `http://127.0.0.1:${await listen(app)}`
@@ -138,7 +186,12 @@ t.test('property: random appends, offsets, corruptions and restarts against a mo
     model.offset = first.length
     const location = created.headers.location as string
     for (let step = 0; step < 12 && model.state === 'open'; step++) {
-      const choice = int(6)
+      const choice = int(7)
+      if (choice === 6) {
+        await interrupt(t, origin, uploadDir, location, model)
+        checks++
+        continue
+      }
       if (choice === 0) {
         await app.close()
         app = await buildServer({ uploadDir, logger: false })
@@ -146,8 +199,9 @@ t.test('property: random appends, offsets, corruptions and restarts against a mo
         continue
       }
       if (choice === 1) {
-        const head = await send(origin, 'HEAD', location, {})
-        t.equal(Number(head.headers['upload-offset']), model.offset, 'HEAD gives the model offset')
+        const method = int(2) === 0 ? 'HEAD' : 'GET'
+        const head = await send(origin, method, location, {})
+        t.equal(Number(head.headers['upload-offset']), model.offset, `${method} gives the model offset`)
         checks++
         continue
       }

@@ -8,14 +8,14 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
-import { existsSync, mkdtempSync, readFileSync, rmSync, watch } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import t from 'tap'
 import { request } from 'undici'
-import { fuzzSeed, seededBytes, seededRandom, type Tap } from '../helpers.js'
+import { fuzzSeed, lockHeld, seededBytes, seededRandom, type Tap } from '../helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 const random = seededRandom(fuzzSeed)
@@ -43,29 +43,6 @@ async function start (t: Tap, uploadDir: string): Promise<Instance> {
     }
   }
   throw new Error('the example server did not start')
-}
-
-/** Resolves once the lock of upload `id` in the folder's .locks is held by `pid`, or by none if null. */
-async function lockHeld (uploadDir: string, id: string, pid: number | null): Promise<void> {
-  const path = join(uploadDir, '.locks', `${id}.lock`)
-  const holder = (): number | null => {
-    try {
-      return (JSON.parse(readFileSync(path, 'utf8')) as { pid: number }).pid
-    } catch {
-      return null
-    }
-  }
-  await new Promise<void>((resolve) => {
-    const check = (): void => {
-      if (holder() !== pid) return
-      watcher.close()
-      resolve()
-    }
-    // Looked at once the watch is on (fs.watch starts at once, the promise API's only when first
-    // read), so that no change between the two is missed.
-    const watcher = watch(join(uploadDir, '.locks'), check)
-    check()
-  })
 }
 
 async function append (origin: string, location: string, offset: number, part: Buffer, complete: boolean): Promise<{ status: number, body: string }> {
