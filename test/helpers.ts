@@ -1,7 +1,9 @@
+import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { readFileSync, watch } from 'node:fs'
 import { join } from 'node:path'
+import { createInterface } from 'node:readline'
 import { connect as h2connect, constants as h2, type OutgoingHttpHeaders } from 'node:http2'
 import { connect } from 'node:net'
 import type { AddressInfo } from 'node:net'
@@ -279,4 +281,31 @@ export async function lockHeld (uploadDir: string, id: string, pid: number | nul
     const watcher = watch(join(uploadDir, '.locks'), check)
     check()
   })
+}
+
+export interface ServerProcess { origin: string, port: number, child: ChildProcess }
+
+/**
+ * Runs a server as its own process (`args` to Node, with PORT=0 and `env`) until the test ends;
+ * resolves once it logs the origin it listens on. Its output keeps flowing, so that a full pipe
+ * never holds it.
+ */
+export async function serverProcess (t: Tap, args: string[], env: Record<string, string> = {}, cwd = process.cwd()): Promise<ServerProcess> {
+  const child = spawn(process.execPath, args, { cwd, env: { ...process.env, PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
+  t.teardown(async () => { await stopProcess(child) })
+  for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
+    const match = /(http:\/\/127\.0\.0\.1:(\d+))/.exec(line)
+    if (match === null) continue
+    child.stdout?.resume()
+    return { origin: match[1] as string, port: Number(match[2]), child }
+  }
+  throw new Error(`${args.join(' ')} ended before it listened`)
+}
+
+/** Kills a server process as a crash would (SIGKILL), and waits until it is gone. */
+export async function stopProcess (child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return
+  const exited = once(child, 'exit')
+  child.kill('SIGKILL')
+  await exited
 }

@@ -4,15 +4,14 @@
 // it, so that a pass of the suite means something; then against the example server, which passes
 // every check but one SHOULD that docs/resumable-uploads.md explains, with the 104 checks wherever
 // this Node can send a 104.
-import { execFile, spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { ServerResponse } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import { promisify } from 'node:util'
 import t from 'tap'
-import type { Tap } from '../helpers.js'
+import { serverProcess, type Tap } from '../helpers.js'
 
 const folder = join(import.meta.dirname, '../fixtures/resumable-conformance')
 const run = promisify(execFile)
@@ -31,13 +30,7 @@ async function failedChecks (origin: string, args: string[]): Promise<string[]> 
 
 /** Starts a server and waits for the first line it prints that names its origin. */
 async function serve (t: Tap, args: string[], env: Record<string, string>, cwd: string): Promise<string> {
-  const server = spawn(process.execPath, args, { cwd, env: { ...process.env, PORT: '0', ...env }, stdio: ['ignore', 'pipe', 'inherit'] })
-  t.teardown(() => { server.kill() })
-  for await (const line of createInterface({ input: server.stdout })) {
-    const origin = /http:\/\/127\.0\.0\.1:\d+/.exec(line)
-    if (origin !== null) return origin[0]
-  }
-  throw new Error(`${args.join(' ')} ended before it listened`)
+  return (await serverProcess(t, args, env, cwd)).origin
 }
 
 async function suiteAgainstToy (t: Tap, bugs: string, limits = '', only: string[] = []): Promise<string[]> {

@@ -1,15 +1,13 @@
-import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, watch } from 'node:fs'
 import { once } from 'node:events'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { request } from 'undici'
-import { fuzzSeed, listen, lockHeld, problemTypes, rawRequest, seededBytes, seededRandom, type Tap } from '../helpers.js'
+import { fuzzSeed, listen, lockHeld, problemTypes, rawRequest, seededBytes, seededRandom, serverProcess, stopProcess, type Tap } from '../helpers.js'
 
 // Issue 19, part 3: an upload in several appends is verified as a whole against the Repr-Digest of
 // its creation, across server restarts. The oracles are Node's createHash over the bytes the test
@@ -59,25 +57,6 @@ function folder (t: Tap): string {
   return path
 }
 
-/** The example server as its own process on UPLOAD_DIR; resolves with its origin once it listens. */
-async function startProcess (uploadDir: string): Promise<{ origin: string, child: ChildProcess }> {
-  const child = spawn(process.execPath, ['examples/resumable-upload-server.js'], {
-    env: { ...process.env, PORT: '0', UPLOAD_DIR: uploadDir },
-    stdio: ['ignore', 'pipe', 'inherit']
-  })
-  for await (const line of createInterface({ input: child.stdout as NodeJS.ReadableStream })) {
-    const match = /Server listening at (http:\/\/127\.0\.0\.1:\d+)/.exec(line)
-    if (match !== null) return { origin: match[1] as string, child }
-  }
-  throw new Error('the example server did not start')
-}
-
-async function stopProcess (child: ChildProcess): Promise<void> {
-  const exited = once(child, 'exit')
-  child.kill('SIGKILL')
-  await exited
-}
-
 t.test('an upload in 1 to 8 appends, the server process killed and started again before each, matches its creation digest', async (t) => {
   const uploadDir = folder(t)
   for (let round = 0; round < 3; round++) {
@@ -92,7 +71,7 @@ t.test('an upload in 1 to 8 appends, the server process killed and started again
     let location: string | null = null
     let last: Answer | null = null
     for (let i = 0; i < parts; i++) {
-      const server = await startProcess(uploadDir)
+      const server = await serverProcess(t, ['examples/resumable-upload-server.js'], { UPLOAD_DIR: uploadDir })
       try {
         const complete = i === parts - 1
         const part = sent.subarray(points[i], points[i + 1])

@@ -5,45 +5,23 @@
 // while the client resumes on the other from the offset HEAD gives; and the same append is sent to
 // both at once. The oracles: a model of the upload's bytes and offsets, the file left on disk, and
 // Node's createHash over the bytes the test sent.
-import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { createInterface } from 'node:readline'
 import t from 'tap'
 import { request } from 'undici'
-import { fuzzSeed, lockHeld, seededBytes, seededRandom, type Tap } from '../helpers.js'
+import { fuzzSeed, lockHeld, seededBytes, seededRandom, serverProcess, type ServerProcess, type Tap } from '../helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 const random = seededRandom(fuzzSeed)
 const int = (below: number): number => Math.floor(random() * below)
 const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('base64')
 
-interface Instance { origin: string, port: number, child: ChildProcess }
-
-async function start (t: Tap, uploadDir: string): Promise<Instance> {
-  const child = spawn(process.execPath, ['examples/resumable-upload-server.js'], {
-    env: { ...process.env, PORT: '0', UPLOAD_DIR: uploadDir }, stdio: ['ignore', 'pipe', 'inherit']
-  })
-  t.teardown(async () => {
-    const exited = once(child, 'exit')
-    child.kill()
-    await exited
-  })
-  const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })
-  for await (const line of lines) {
-    const match = /Server listening at (http:\/\/127\.0\.0\.1:(\d+))/.exec(line)
-    if (match !== null) {
-      // Its log keeps flowing, so that a full pipe never holds the server.
-      child.stdout?.resume()
-      return { origin: match[1] as string, port: Number(match[2]), child }
-    }
-  }
-  throw new Error('the example server did not start')
-}
+type Instance = ServerProcess
+const start = async (t: Tap, uploadDir: string): Promise<Instance> => await serverProcess(t, ['examples/resumable-upload-server.js'], { UPLOAD_DIR: uploadDir })
 
 async function append (origin: string, location: string, offset: number, part: Buffer, complete: boolean): Promise<{ status: number, body: string }> {
   const response = await request(origin + location, {
