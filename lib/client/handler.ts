@@ -7,7 +7,7 @@ import { DigestProblemError } from './errors.js'
 import type { FieldMap, LargeBody } from './request.js'
 import { channels } from '../channels.js'
 import { CheckedResponse, type SentRequest } from './checked.js'
-import { Relay } from './relay.js'
+import { Relay, untilAborted } from './relay.js'
 import { integrityFields } from '../fields/sections.js'
 import type { Asked, CheckSettings } from './response.js'
 
@@ -183,13 +183,6 @@ export class DigestHandler implements Handler {
       return
     }
     // The consumer's abort ends the wait: nothing is sent once it aborted.
-    const { signal } = this.#relay
-    const aborted = (): void => { this.#response.fail(signal.reason as Error) }
-    signal.addEventListener('abort', aborted, { once: true })
-    const settle = (then: () => void) => () => {
-      signal.removeEventListener('abort', aborted)
-      if (!signal.aborted) then()
-    }
-    told.then(settle(() => { this.#send(algorithm) }), (error: Error) => { settle(() => { this.#response.fail(error) })() })
+    untilAborted(this.#relay.signal, () => told).then(() => { this.#send(algorithm) }, (error: Error) => { this.#response.fail(error) })
   }
 }

@@ -11,6 +11,29 @@ export function rawSection (section: IncomingHttpHeaders): Buffer[] {
 }
 
 /**
+ * Settles as `wait()` does, or rejects with the consumer's reason once `signal` aborts, having
+ * called `onAbort` to let go what it waits on; `wait` is not called once the signal aborted, and the
+ * listener is removed either way.
+ */
+export async function untilAborted<T> (signal: AbortSignal, wait: () => T | Promise<T>, onAbort?: (reason: Error) => void): Promise<T> {
+  let abort!: () => void
+  const aborted = new Promise<never>((_resolve, reject) => {
+    abort = () => {
+      const reason = signal.reason as Error
+      onAbort?.(reason)
+      reject(reason)
+    }
+  })
+  if (signal.aborted) abort()
+  else signal.addEventListener('abort', abort, { once: true })
+  try {
+    return await Promise.race([signal.aborted ? aborted : wait(), aborted])
+  } finally {
+    signal.removeEventListener('abort', abort)
+  }
+}
+
+/**
  * The controller the consumer holds across attempts: it acts on the current attempt's, and pauses
  * it while either the consumer or the side decoder asks to.
  */

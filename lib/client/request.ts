@@ -3,6 +3,7 @@ import { createReadStream, ReadStream } from 'node:fs'
 import { stat } from 'node:fs/promises'
 import type { Algorithm } from '../fields/algorithms.js'
 import { undigestedBody } from '../errors.js'
+import { untilAborted } from './relay.js'
 
 /**
  * What the interceptor does with content past maxBufferedBody, which it cannot hash in memory:
@@ -88,24 +89,6 @@ export function knownContent (body: unknown): Content | null {
   return null
 }
 
-/**
- * Rejects with the consumer's reason once it aborts, having let the body go: a stream destroyed, as
- * undici destroys a body it was sending (an iterator awaiting inside cannot be returned from).
- */
-function abortOf (body: unknown, signal: AbortSignal): { aborted: Promise<never>, release: () => void } {
-  let abort!: () => void
-  const aborted = new Promise<never>((_resolve, reject) => {
-    abort = () => {
-      const reason = signal.reason as Error
-      ;(body as { destroy?: (error: Error) => void }).destroy?.(reason)
-      reject(reason)
-    }
-  })
-  if (signal.aborted) abort()
-  else signal.addEventListener('abort', abort, { once: true })
-  return { aborted, release () { signal.removeEventListener('abort', abort) } }
-}
-
 const isAsyncIterable = (body: unknown): body is AsyncIterable<unknown> =>
   typeof (body as AsyncIterable<unknown>)[Symbol.asyncIterator] === 'function'
 
@@ -155,20 +138,19 @@ export async function readContent (body: unknown, limit: number, large: LargeBod
     : (body as Iterable<unknown>)[Symbol.iterator]() as Iterator<unknown> | AsyncIterator<unknown>
   const read: Buffer[] = []
   let size = 0
-  const { aborted, release } = abortOf(body, signal)
-  try {
-    while (size <= limit) {
-      const next = await Promise.race([iterator.next(), aborted])
-      if (next.done === true) {
-        const bytes = Buffer.concat(read, size)
-        return { bytes, body: bytes }
-      }
-      const chunk = chunkOf(next.value)
-      read.push(chunk)
-      size += chunk.length
+  // The consumer's abort lets the body go: a stream destroyed, as undici destroys a body it was
+  // sending (an iterator awaiting inside cannot be returned from); with no error, which a stream
+  // nobody listens to yet would throw.
+  const letGo = (): void => { (body as { destroy?: () => void }).destroy?.() }
+  while (size <= limit) {
+    const next = await untilAborted(signal, () => iterator.next(), letGo)
+    if (next.done === true) {
+      const bytes = Buffer.concat(read, size)
+      return { bytes, body: bytes }
     }
-  } finally {
-    release()
+    const chunk = chunkOf(next.value)
+    read.push(chunk)
+    size += chunk.length
   }
   if (hashing !== null) {
     // A stream read in part is let go (closed), not left open; not waited for, since fetch's body
