@@ -174,6 +174,8 @@ export async function buildServer ({ uploadDir, logger = true, progressEveryMs =
     // took the upload over, or the client left), even with an aborted signal.
     if (signal.aborted) throw takenOver()
     if (request.raw.destroyed) throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
+    // Bytes past the offset are what a server stopped mid-append wrote and never stored: not the upload's.
+    if (!upload.creation) await truncate(part, upload.offset)
     const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
     const progress = speaks104(request) && (!upload.creation || meta.announced) ? reportProgress(id, request, reply, meta, writer) : null
     try {

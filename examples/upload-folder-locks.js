@@ -1,23 +1,25 @@
-// A lock on each upload that lives in the uploads' folder, so that several processes serving one
-// folder take an upload's requests one at a time (draft-ietf-httpbis-resumable-upload-15,
-// "Concurrency"). In the folder's `.locks`, the holder is `<id>.lock`, created exclusively, naming
-// its process; a request in another process asks it to give way by creating `<id>.takeover`, which
-// the holder's process watches for, then waits (bounded) for the lock. Processes on one machine: a
-// lock whose process is gone (a crash, a kill) is taken over.
+// A lock on each upload that lives in the uploads' folder, so that several servers on one folder
+// (processes, or instances in one process) take an upload's requests one at a time
+// (draft-ietf-httpbis-resumable-upload-15, "Concurrency"). In the folder's `.locks`, the holder is
+// `<id>.lock`, created exclusively, naming its instance and process; a request of another instance
+// asks it to give way by writing `<id>.takeover`, which the holder's instance watches for, then
+// waits (bounded) for the lock. The holder renews its lock every second: a lock whose process is
+// gone (a crash, a kill), or that nobody renewed for 10 s (a pid used again, another machine's
+// process on a shared folder), is taken over.
 import { randomUUID } from 'node:crypto'
 import { mkdirSync, readFileSync, watch } from 'node:fs'
-import { link, readFile, rename, rm, writeFile } from 'node:fs/promises'
+import { link, readFile, rename, rm, stat, utimes, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { setTimeout as delay } from 'node:timers/promises'
 
-// How often a request waiting on another process looks again, and for how long it waits at most.
+// How often a request waiting on another instance looks again, and for how long it waits at most.
 const pollMs = 10
 const maxWaitMs = 30_000
+// How often a holder renews its locks, and how long a lock nobody renewed stays another's.
+const renewMs = 1000
+const staleMs = 10_000
 
-function alive (holder, held) {
-  const { pid } = JSON.parse(holder)
-  // A lock of this process that it does not hold is one a process with the same pid left.
-  if (pid === process.pid) return held
+function processExists (pid) {
   try {
     process.kill(pid, 0)
     return true
@@ -26,20 +28,20 @@ function alive (holder, held) {
   }
 }
 
-/** Takes a lock whose process is gone: renamed aside first, so that only that lock is removed. */
+/** Takes a stale lock: renamed aside first, so that only that lock is removed. */
 async function removeStale (path, holder) {
   const aside = `${path}.${randomUUID()}.stale`
   if (await rename(path, aside).then(() => true, () => false)) {
-    // Another process's fresh lock renamed in a race is put back where it was.
+    // Another instance's fresh lock renamed in a race is put back where it was.
     if (await readFile(aside, 'utf8') !== holder) await link(aside, path).catch(() => {})
     await rm(aside, { force: true })
   }
 }
 
-/** The process that asks for an upload in its takeover file, or null once the file is gone. */
+/** The instance that asks for an upload in its takeover file, or null once the file is gone. */
 function readAsk (path) {
   try {
-    return Number(readFileSync(path, 'latin1').split(' ')[0])
+    return readFileSync(path, 'latin1').split(' ')[0]
   } catch {
     return null
   }
@@ -61,9 +63,12 @@ async function create (path, content) {
 
 export class FolderLocks {
   #folder
-  // The upload ids this process holds, each with what gives it up to a request elsewhere.
+  // This server's own name in the locks it holds and the asks it makes.
+  #instance = randomUUID()
+  // The upload ids this instance holds, each with what gives it up to a request elsewhere.
   #held = new Map()
   #watcher
+  #renewal
 
   constructor (uploads) {
     const folder = join(uploads, '.locks')
@@ -73,54 +78,70 @@ export class FolderLocks {
       const id = /^([0-9a-f]{32})\.takeover$/.exec(String(name))?.[1]
       if (id === undefined || !this.#held.has(id)) return
       // Its removal, once the newer request holds the upload, is an event too; and an ask of this
-      // process's own, heard late, is not one to give way to (within a process UploadLocks decides).
+      // instance's own, heard late, is not one to give way to (within an instance UploadLocks decides).
       const asker = readAsk(join(folder, String(name)))
-      if (asker !== null && asker !== process.pid) this.#held.get(id)()
+      if (asker !== null && asker !== this.#instance) this.#held.get(id)()
     })
+    this.#renewal = setInterval(() => {
+      const now = new Date()
+      for (const id of this.#held.keys()) utimes(join(folder, `${id}.lock`), now, now).catch(() => {})
+    }, renewMs).unref()
   }
 
   close () {
     this.#watcher.close()
+    clearInterval(this.#renewal)
+  }
+
+  /** Whether the lock at `path`, holding `holder`, is still someone's. */
+  async #alive (path, holder, id) {
+    const { pid, instance } = JSON.parse(holder)
+    if (instance === this.#instance) return this.#held.has(id)
+    if (pid !== process.pid && !processExists(pid)) return false
+    // Its process may be another with the same pid, or on another machine: a holder renews its lock.
+    const renewed = await stat(path).then(({ mtimeMs }) => mtimeMs, () => Date.now())
+    return Date.now() - renewed < staleMs
   }
 
   /**
-   * Holds upload `id` across processes; resolves with the function that lets it go, or with null
-   * if `signal` ended the request first. `giveWay` is called when a request in another process asks
-   * for the upload.
+   * Holds upload `id` across instances; resolves with the function that lets it go, or with null
+   * if `signal` ended the request first. `giveWay` is called when a request of another instance
+   * asks for the upload.
    */
   async hold (id, giveWay, signal) {
     const path = join(this.#folder, `${id}.lock`)
     const takeover = join(this.#folder, `${id}.takeover`)
-    const mine = JSON.stringify({ pid: process.pid, token: randomUUID() })
+    const mine = JSON.stringify({ pid: process.pid, instance: this.#instance, token: randomUUID() })
     const release = async () => {
       if (this.#held.get(id) === giveWay) this.#held.delete(id)
       // Only its own lock: one taken over as stale is another's now.
       if (await readFile(path, 'utf8').catch(() => null) === mine) await rm(path, { force: true })
     }
     let asked = false
-    for (let polls = 0, started = Date.now(); !signal.aborted; polls++) {
-      const created = await create(path, mine)
-      if (created) {
-        // Held before anything else is awaited, so that a request elsewhere that asks at once is heard.
-        if (!signal.aborted) this.#held.set(id, giveWay)
-        if (asked) await rm(takeover, { force: true })
-        if (!signal.aborted) return release
-        await release()
-        return null
+    try {
+      for (let polls = 0, started = Date.now(); !signal.aborted; polls++) {
+        if (await create(path, mine)) {
+          // Held before anything else is awaited, so that a request elsewhere that asks at once is heard.
+          if (!signal.aborted) this.#held.set(id, giveWay)
+          if (!signal.aborted) return release
+          await release()
+          return null
+        }
+        const holder = await readFile(path, 'utf8').catch(() => null)
+        if (holder !== null && !await this.#alive(path, holder, id)) {
+          await removeStale(path, holder)
+          continue
+        }
+        // Asked again now and then, with new content so that the holder's instance sees a change: a
+        // holder that took the lock as the first ask came saw none.
+        if (polls % 50 === 0) await writeFile(takeover, `${this.#instance} ${polls}`)
+        asked = true
+        if (Date.now() - started > maxWaitMs) throw Object.assign(new Error('another server holds the upload'), { statusCode: 503 })
+        await delay(pollMs)
       }
-      const holder = await readFile(path, 'utf8').catch(() => null)
-      if (holder !== null && !alive(holder, this.#held.has(id))) {
-        await removeStale(path, holder)
-        continue
-      }
-      // Asked again now and then, with new content so that the holder's process sees a change: a
-      // holder that took the lock as the first ask came saw none.
-      if (polls % 50 === 0) await writeFile(takeover, `${process.pid} ${polls}`)
-      asked = true
-      if (Date.now() - started > maxWaitMs) throw Object.assign(new Error('another process holds the upload'), { statusCode: 503 })
-      await delay(pollMs)
+      return null
+    } finally {
+      if (asked) await rm(takeover, { force: true })
     }
-    if (asked) await rm(takeover, { force: true })
-    return null
   }
 }

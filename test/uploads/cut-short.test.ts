@@ -165,6 +165,9 @@ t.test('stateAt: the last 64 chunk ends, the start, and nothing of a failed uplo
   t.equal(JSON.parse(upload.stateAt(1000 - 630) as string).offset, 370, 'a chunk end among the last 64')
   t.equal(upload.stateAt(1000 - 640), null, 'one older is not kept')
   t.equal(upload.stateAt(995), null, 'nor is a point within a chunk')
+  for (const offset of ['370', [370], { valueOf: () => 370 }, 370.5, Number.NaN, null]) {
+    t.equal(upload.stateAt(offset as unknown as number), null, `nor ${JSON.stringify(offset)}, which is not a whole number`)
+  }
   t.equal(JSON.parse(upload.stateAt(0) as string).offset, 0, 'the start is')
   await app.inject({ method: 'POST', url: '/', headers: { 'upload-complete': '?1', 'repr-digest': `sha-256=:${sha256(Buffer.from('bytes'))}:` }, payload: 'bytes' })
   const completed = (seen as unknown as { upload: ResumableUpload }).upload
