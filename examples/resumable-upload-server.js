@@ -170,12 +170,13 @@ export async function buildServer ({ uploadDir, logger = true, progressEveryMs =
   async function append (id, request, reply, meta, signal) {
     const upload = request.resumableUpload
     const { part } = paths(id)
-    // Node 26 never settles a pipeline from a request destroyed before it starts (a newer request
-    // took the upload over, or the client left), even with an aborted signal.
-    if (signal.aborted) throw takenOver()
-    if (request.raw.destroyed) throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
     // Bytes past the offset are what a server stopped mid-append wrote and never stored: not the upload's.
     if (!upload.creation) await truncate(part, upload.offset)
+    // Node 24 and 26 never settle a pipeline from a request destroyed before it starts (a newer
+    // request took the upload over, or the client left), even with an aborted signal: nothing is
+    // awaited between these checks and the pipeline.
+    if (signal.aborted) throw takenOver()
+    if (request.raw.destroyed) throw Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
     const writer = createWriteStream(part, { flags: upload.creation ? 'w' : 'r+', start: upload.offset })
     const progress = speaks104(request) && (!upload.creation || meta.announced) ? reportProgress(id, request, reply, meta, writer) : null
     try {
