@@ -121,11 +121,13 @@ export class FolderLocks {
     try {
       for (let polls = 0, started = Date.now(); !signal.aborted; polls++) {
         if (await create(path, mine)) {
+          if (signal.aborted) {
+            await release()
+            return null
+          }
           // Held before anything else is awaited, so that a request elsewhere that asks at once is heard.
-          if (!signal.aborted) this.#held.set(id, giveWay)
-          if (!signal.aborted) return release
-          await release()
-          return null
+          this.#held.set(id, giveWay)
+          return release
         }
         const holder = await readFile(path, 'utf8').catch(() => null)
         if (holder !== null && !await this.#alive(path, holder, id)) {

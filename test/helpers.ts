@@ -257,6 +257,21 @@ export async function pluginCountingOpens (t: Tap): Promise<{ opened: string[], 
   return { opened, plugin }
 }
 
+/** Resolves once `holds()` is true, looked at whenever `path` (a file or folder) changes. */
+export async function whenChanged (path: string, holds: () => boolean): Promise<void> {
+  await new Promise<void>((resolve) => {
+    const check = (): void => {
+      if (!holds()) return
+      watcher.close()
+      resolve()
+    }
+    // Looked at once the watch is on (fs.watch starts at once, the promise API's only when first
+    // read), so that no change between the two is missed.
+    const watcher = watch(path, check)
+    check()
+  })
+}
+
 /**
  * Resolves once the example resumable server's lock of upload `id` (UPLOAD_DIR/.locks/<id>.lock) is
  * held by process `pid`, or by none if null.
@@ -270,17 +285,19 @@ export async function lockHeld (uploadDir: string, id: string, pid: number | nul
       return null
     }
   }
-  await new Promise<void>((resolve) => {
-    const check = (): void => {
-      if (holder() !== pid) return
-      watcher.close()
-      resolve()
-    }
-    // Looked at once the watch is on (fs.watch starts at once, the promise API's only when first
-    // read), so that no change between the two is missed.
-    const watcher = watch(join(uploadDir, '.locks'), check)
-    check()
+  await whenChanged(join(uploadDir, '.locks'), () => holder() === pid)
+}
+
+/** A connection to write a request on by hand; `answered` resolves with the status of its first answer, or `closed`. */
+export async function rawConnection (port: number): Promise<{ socket: import('node:net').Socket, answered: Promise<string> }> {
+  const socket = connect({ host: '127.0.0.1', port })
+  socket.on('error', () => {})
+  await once(socket, 'connect')
+  const answered = new Promise<string>((resolve) => {
+    socket.once('data', (data: Buffer) => { resolve(data.toString('latin1').split(' ')[1] as string) })
+    socket.once('close', () => { resolve('closed') })
   })
+  return { socket, answered }
 }
 
 export interface ServerProcess { origin: string, port: number, child: ChildProcess }

@@ -133,10 +133,10 @@ export class RunningUpload implements ResumableUpload {
   }
 
   stateAt (offset: number): string | null {
+    if (this.failed || !Number.isSafeInteger(offset)) return null
     const whole = this.#accepted && offset === this.offset + this.#running.received
-    const hashes = whole ? this.#running.hashes : Number.isSafeInteger(offset) ? this.#running.at(offset - this.offset) : null
-    if (this.failed || hashes === null) return null
-    return writeState({ ...this.#started, offset, hashes, length: this.length })
+    const hashes = whole ? this.#running.hashes : this.#running.at(offset - this.offset)
+    return hashes === null ? null : writeState({ ...this.#started, offset, hashes, length: this.length })
   }
 
   digests (): Partial<Record<DigestAlgorithm, Buffer>> {

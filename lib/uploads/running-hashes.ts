@@ -15,15 +15,14 @@ export class RunningHashes {
   readonly #started: readonly Uint8Array[]
   #hashes: readonly Uint8Array[]
   #received = 0
-  // The ends of the last chunks, oldest first, and the hashes after each; null when none are kept.
-  readonly #ends: number[] | null
-  readonly #recent: Array<readonly Uint8Array[]> = []
+  // The last chunks' ends, oldest first, each with the hashes after it; null when none are kept.
+  readonly #recent: Array<{ readonly end: number, readonly hashes: readonly Uint8Array[] }> | null
 
   constructor (algorithms: readonly Algorithm[], hashes: readonly Uint8Array[], keepRecent: boolean) {
     this.#algorithms = algorithms
     this.#started = hashes
     this.#hashes = hashes
-    this.#ends = keepRecent ? [] : null
+    this.#recent = keepRecent ? [] : null
   }
 
   /** The bytes of the request's content hashed so far. */
@@ -38,19 +37,14 @@ export class RunningHashes {
   update (bytes: Buffer): void {
     this.#received += bytes.length
     this.#hashes = this.#algorithms.map(({ key }, i) => updateState(key, this.#hashes[i] as Uint8Array, bytes))
-    if (this.#ends === null) return
-    if (this.#ends.length === recentChunks) {
-      this.#ends.shift()
-      this.#recent.shift()
-    }
-    this.#ends.push(this.#received)
-    this.#recent.push(this.#hashes)
+    if (this.#recent === null) return
+    if (this.#recent.length === recentChunks) this.#recent.shift()
+    this.#recent.push({ end: this.#received, hashes: this.#hashes })
   }
 
   /** The hashes after the first `received` bytes, if none or a recent chunk's end; else null. */
   at (received: number): readonly Uint8Array[] | null {
     if (received === 0) return this.#started
-    const index = this.#ends?.lastIndexOf(received) ?? -1
-    return index === -1 ? null : this.#recent[index] as readonly Uint8Array[]
+    return this.#recent?.findLast(({ end }) => end === received)?.hashes ?? null
   }
 }

@@ -2,15 +2,13 @@
 // the docs and the examples, each pinned here. The oracles: the bytes the test sent and Node's
 // createHash over them.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { appendFileSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs'
-import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { request } from 'undici'
-import { listen, lockHeld, seededBytes, type Tap } from '../helpers.js'
+import { listen, lockHeld, rawConnection, seededBytes, type Tap } from '../helpers.js'
 
 const { buildServer } = await import('../../examples/resumable-upload-server.js' as string) as {
   buildServer: (options: { uploadDir: string, logger: boolean }) => Promise<FastifyInstance>
@@ -62,13 +60,7 @@ t.test('F2: two servers in one process on one folder take an upload\'s requests 
   const { location, id } = await create(x.origin, data, 1000)
   await lockHeld(uploadDir, id, null)
   // An append half sent to X, held there; the client resumes on Y, in the same process.
-  const socket = connect({ host: '127.0.0.1', port: x.port })
-  socket.on('error', () => {})
-  await once(socket, 'connect')
-  const ended = new Promise<string>((resolve) => {
-    socket.once('data', (chunk: Buffer) => { resolve(chunk.toString('latin1').split(' ')[1] as string) })
-    socket.once('close', () => { resolve('closed') })
-  })
+  const { socket, answered: ended } = await rawConnection(x.port)
   socket.write([`PATCH ${location} HTTP/1.1`, 'Host: localhost', 'Content-Type: application/partial-upload', 'Upload-Offset: 1000',
     'Upload-Complete: ?1', `Content-Length: ${data.length - 1000}`, '', ''].join('\r\n'))
   socket.write(data.subarray(1000, 50_000))

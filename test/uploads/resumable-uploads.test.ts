@@ -1,13 +1,11 @@
 import { createHash } from 'node:crypto'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, watch } from 'node:fs'
-import { once } from 'node:events'
-import { connect } from 'node:net'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import type { FastifyInstance } from 'fastify'
 import { request } from 'undici'
-import { fuzzSeed, listen, lockHeld, problemTypes, rawRequest, seededBytes, seededRandom, serverProcess, stopProcess, type Tap } from '../helpers.js'
+import { fuzzSeed, listen, lockHeld, problemTypes, rawConnection, rawRequest, seededBytes, seededRandom, serverProcess, stopProcess, whenChanged, type Tap } from '../helpers.js'
 
 // Issue 19, part 3: an upload in several appends is verified as a whole against the Repr-Digest of
 // its creation, across server restarts. The oracles are Node's createHash over the bytes the test
@@ -105,15 +103,7 @@ interface Model { data: Buffer, offset: number, flipped: boolean, state: 'open' 
 
 /** Resolves once the file at `path` is longer than `size`. */
 async function grown (path: string, size: number): Promise<void> {
-  await new Promise<void>((resolve) => {
-    const check = (): void => {
-      if (statSync(path).size <= size) return
-      watcher.close()
-      resolve()
-    }
-    const watcher = watch(path, check)
-    check()
-  })
+  await whenChanged(path, () => statSync(path).size > size)
 }
 
 /**
@@ -131,9 +121,7 @@ async function interrupt (t: Tap, origin: string, uploadDir: string, location: s
   const id = location.split('/').pop() as string
   // The last request's lock is let go first, so that the one held is this one.
   await lockHeld(uploadDir, id, null)
-  const socket = connect({ host: '127.0.0.1', port: Number(new URL(origin).port) })
-  socket.on('error', () => {})
-  await once(socket, 'connect')
+  const { socket } = await rawConnection(Number(new URL(origin).port))
   socket.write([`PATCH ${location} HTTP/1.1`, 'Host: localhost', 'Content-Type: application/partial-upload', `Upload-Offset: ${model.offset}`,
     'Upload-Complete: ?0', `Content-Length: ${part.length}`, ...(withDigest ? [`Content-Digest: ${member('sha-256', part)}`] : []), '', ''].join('\r\n'))
   socket.write(part.subarray(0, sent))

@@ -6,14 +6,12 @@
 // both at once. The oracles: a model of the upload's bytes and offsets, the file left on disk, and
 // Node's createHash over the bytes the test sent.
 import { createHash } from 'node:crypto'
-import { once } from 'node:events'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import t from 'tap'
 import { request } from 'undici'
-import { fuzzSeed, lockHeld, seededBytes, seededRandom, serverProcess, type ServerProcess, type Tap } from '../helpers.js'
+import { fuzzSeed, lockHeld, rawConnection, seededBytes, seededRandom, serverProcess, type ServerProcess, type Tap } from '../helpers.js'
 
 t.comment(`seed ${fuzzSeed} (DIGEST_FUZZ_SEED replays it)`)
 const random = seededRandom(fuzzSeed)
@@ -57,14 +55,8 @@ t.test('two processes on one folder: appends to either, and a newer one taking o
         // Half of the append on one process, held there; then the whole append on the other. The
         // lock of the last request is let go first, so that the one held is the half-sent append.
         await lockHeld(uploadDir, id, null)
-        const socket = connect({ host: '127.0.0.1', port: stalled.port })
-        await once(socket, 'connect')
-        socket.on('error', () => {})
         // Its end: a refusal, or its connection closed.
-        const ended = new Promise<string>((resolve) => {
-          socket.once('data', (data: Buffer) => { resolve(data.toString('latin1').split(' ')[1] as string) })
-          socket.once('close', () => { resolve('closed') })
-        })
+        const { socket, answered: ended } = await rawConnection(stalled.port)
         socket.write([`PATCH ${location} HTTP/1.1`, 'Host: localhost', 'Content-Type: application/partial-upload',
           `Upload-Offset: ${offset}`, `Upload-Complete: ${complete ? '?1' : '?0'}`, `Content-Length: ${part.length}`, '', ''].join('\r\n'))
         socket.write(part.subarray(0, part.length >> 1))
@@ -104,13 +96,7 @@ async function race (instances: Instance[], location: string, offset: number, pa
   const head = [`PATCH ${location} HTTP/1.1`, 'Host: localhost', 'Connection: close', 'Content-Type: application/partial-upload',
     `Upload-Offset: ${offset}`, `Upload-Complete: ${complete ? '?1' : '?0'}`, `Content-Length: ${part.length}`, '', ''].join('\r\n')
   const senders = await Promise.all(instances.map(async ({ port }) => {
-    const socket = connect({ host: '127.0.0.1', port })
-    await once(socket, 'connect')
-    socket.on('error', () => {})
-    const seen = new Promise<string>((resolve) => {
-      socket.once('data', (data: Buffer) => { resolve(data.toString('latin1').split(' ')[1] as string) })
-      socket.once('close', () => { resolve('closed') })
-    })
+    const { socket, answered: seen } = await rawConnection(port)
     const cut = int(part.length + 1)
     return { socket, seen, writes: [Buffer.from(head), part.subarray(0, cut), part.subarray(cut)] }
   }))
