@@ -21,6 +21,14 @@ const sha256 = (data: Buffer): string => createHash('sha256').update(data).diges
 type Instance = ServerProcess
 const start = async (t: Tap, uploadDir: string): Promise<Instance> => await serverProcess(t, ['examples/resumable-upload-server.js'], { UPLOAD_DIR: uploadDir })
 
+/** Two processes of the example server on one new folder, and a seeded pick of either. */
+async function twoProcesses (t: Tap): Promise<{ uploadDir: string, instances: [Instance, Instance], either: () => Instance }> {
+  const uploadDir = mkdtempSync(join(tmpdir(), 'resumable-two-'))
+  t.teardown(() => rmSync(uploadDir, { recursive: true, force: true }))
+  const instances: [Instance, Instance] = [await start(t, uploadDir), await start(t, uploadDir)]
+  return { uploadDir, instances, either: () => instances[int(2)] as Instance }
+}
+
 async function append (origin: string, location: string, offset: number, part: Buffer, complete: boolean): Promise<{ status: number, body: string }> {
   const response = await request(origin + location, {
     method: 'PATCH',
@@ -31,10 +39,7 @@ async function append (origin: string, location: string, offset: number, part: B
 }
 
 t.test('two processes on one folder: appends to either, and a newer one taking over a stalled one in the other', async (t) => {
-  const uploadDir = mkdtempSync(join(tmpdir(), 'resumable-two-'))
-  t.teardown(() => rmSync(uploadDir, { recursive: true, force: true }))
-  const instances: [Instance, Instance] = [await start(t, uploadDir), await start(t, uploadDir)]
-  const either = (): Instance => instances[int(2)] as Instance
+  const { uploadDir, instances, either } = await twoProcesses(t)
   for (let round = 0; round < 4; round++) {
     const data = seededBytes(1 + int(200_000), int(2 ** 31))
     const cuts = [0, ...Array.from({ length: 3 }, () => int(data.length)).sort((a, b) => a - b), data.length]
@@ -114,10 +119,7 @@ async function race (instances: Instance[], location: string, offset: number, pa
 }
 
 t.test('two processes racing on one upload: the same append sent to both at once, in seeded interleavings', async (t) => {
-  const uploadDir = mkdtempSync(join(tmpdir(), 'resumable-race-'))
-  t.teardown(() => rmSync(uploadDir, { recursive: true, force: true }))
-  const instances: [Instance, Instance] = [await start(t, uploadDir), await start(t, uploadDir)]
-  const either = (): Instance => instances[int(2)] as Instance
+  const { uploadDir, instances, either } = await twoProcesses(t)
   for (let round = 0; round < 6; round++) {
     const data = seededBytes(1 + int(100_000), int(2 ** 31))
     const first = int(data.length)
