@@ -3,7 +3,8 @@
 // a warm-up, configurations shuffled each round (BENCH_SEED replays the order), median and range in µs. A variant is a server of
 // bench/server.js; the header is none, sha-256 or sha-512 (Content-Digest), or mix: every
 // connection alternates a request with a sha-256 Content-Digest and one without (the median of a
-// mix is then compared with the mean of none and sha-256 of the same variant in the same round). For
+// mix is then compared with the mean of none and sha-256 of the same variant in the same round); each
+// configuration after the first is also given as the median of its per-round ratios to the first. For
 // A/B tests of the hot path, plugin@<path to a build's index.js> loads another build: plugin@/tmp/a/index.js:sha-256.
 import autocannon from 'autocannon'
 import { startServer } from './clients.js'
@@ -39,8 +40,12 @@ async function measure (config) {
 for (let round = 0; round < Number(rounds); round++) {
   for (const config of shuffled(configs)) samples[config].push(await measure(config))
 }
+const [first] = configs
 for (const [config, values] of Object.entries(samples)) {
-  console.log(`${config.padEnd(22)} ${median(values).toFixed(2).padStart(6)} µs/request (${Math.min(...values).toFixed(2)} to ${Math.max(...values).toFixed(2)})`)
+  // Each round's ratio to the first configuration of the same round: what noise between rounds cancels from.
+  const ratios = values.map((value, round) => value / samples[first][round])
+  const ratio = config === first ? '' : `  ${median(ratios).toFixed(3)}x ${first} (${Math.min(...ratios).toFixed(2)} to ${Math.max(...ratios).toFixed(2)})`
+  console.log(`${config.padEnd(22)} ${median(values).toFixed(2).padStart(6)} µs/request (${Math.min(...values).toFixed(2)} to ${Math.max(...values).toFixed(2)})${ratio}`)
   const [name, algorithm] = config.split(':')
   const [none, sha256] = [samples[`${name}:none`], samples[`${name}:sha-256`]]
   if (algorithm === 'mix' && none !== undefined && sha256 !== undefined) {

@@ -5,6 +5,7 @@
 //   verifyContentDigest in a preHandler;
 // - streaming: what a user writes with streams, a preParsing hook that pipes the payload through
 //   createHash and fails at its end on a mismatch;
+// - floor: the least code that keeps the plugin's guarantee for the common case (bench/floor.js);
 // - static: @fastify/static alone, serving BENCH_STATIC_ROOT under /static/;
 // - static-digests: the same with the plugin and staticFileDigests().
 // It reports its port, then its CPU time and peak RSS whenever asked, to the parent over IPC.
@@ -57,6 +58,9 @@ if (variant === 'plugin') {
     payload.on('error', (error) => verified.destroy(error))
     done(null, payload.pipe(verified))
   })
+} else if (variant === 'floor') {
+  const { floor } = await import('./floor.js')
+  floor(app)
 } else if (variant === 'static' || variant === 'static-digests') {
   const { default: fastifyStatic } = await import('@fastify/static')
   const options = { root: process.env.BENCH_STATIC_ROOT, prefix: '/static/' }

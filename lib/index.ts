@@ -24,6 +24,7 @@ import type {
   FastifyContextConfig,
   FastifyInstance,
   FastifyPluginAsync,
+  FastifyReply,
   FastifyRequest,
   onSendHookHandler,
   RouteOptions
@@ -38,13 +39,14 @@ import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from '
 import { answerWith } from './problems/answer.js'
 import { answerProblems } from './problems/error-handler.js'
 import { DigestProblem } from './problems/problems.js'
+import { commonCase } from './request/common-case.js'
 import { deferContinue } from './request/continue.js'
-import { hasNoDigestFields } from './request/judge-fields.js'
+import { digestFieldsOf } from './request/judge-fields.js'
 import type { PendingContent } from './request/pending-content.js'
 import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
-import { verifyRequest, type RequestHook } from './request/verification.js'
+import { verifyCommonCase, verifyRequest, type RequestHook } from './request/verification.js'
 import { SourceVerifier } from './request/verifier.js'
-import { findUnencodedDigest, responseDigests } from './response/digests.js'
+import { findUnencodedDigest, inSequence, responseDigests } from './response/digests.js'
 import { FileDigests } from './response/file-digests.js'
 import { discardUncommitted } from './uploads/commit.js'
 import { isUploadRequest, startUpload } from './uploads/resumable.js'
@@ -73,6 +75,19 @@ type DigestRequest = FastifyRequest & { [kPendingContent]?: PendingContent | nul
 /** A body that a parser handed on as a stream, for the handler to read (and see the error in). */
 function isStream (body: unknown): boolean {
   return typeof (body as Readable | undefined)?.pipe === 'function'
+}
+
+/** A success reply once its content concluded: sent as it is, or as the problem the content failed with. */
+function sendOnVerdict (failure: Error | null, request: FastifyRequest, reply: FastifyReply, payload: unknown,
+  done: (error: Error | null, payload?: unknown) => void): void {
+  if (failure === null) {
+    discardUncommitted(request, payload, done)
+  } else if (failure instanceof DigestProblem) {
+    // Also when the handler caught the problem from digestVerdict() and replied anyway.
+    reply.removeHeader('content-length')
+    discardUncommitted(request, answerWith(failure, request, reply), done)
+  }
+  // A request whose client left, or that was ended for standing still, is answered by nobody.
 }
 
 function routeName (route: RouteOptions): string {
@@ -133,8 +148,10 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
         const onSend = route.onSend === undefined ? [] : [route.onSend].flat()
         const [before, after] = scheduled[kSendDigests] as [onSendHookHandler, onSendHookHandler]
         const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
-        onSend.splice(head === -1 ? onSend.length : head, 0, after)
-        route.onSend = [before, ...onSend]
+        const at = head === -1 ? onSend.length : head
+        // With none of the route's own hooks between them, the two run as one: a hook less a response.
+        if (at === 0) route.onSend = [inSequence(before, after), ...onSend]
+        else route.onSend = [before, ...onSend.slice(0, at), after, ...onSend.slice(at)]
       })
     }
 
@@ -146,7 +163,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // an asynchronous onRequest hook after this one (@fastify/multipart has one) lets the connection
   // deliver content, which must already pass through the verifier.
   fastify.addHook('onRequest', function judgeContentAtSource (request: DigestRequest, reply, done) {
-    const noFields = hasNoDigestFields(request.headers)
+    const fields = digestFieldsOf(request.headers)
+    const noFields = fields === 'none'
     // A parent scope's registration ran first: content it took over stays with it, a mere watch
     // for trailer fields gives way to this scope's settings.
     const prior = request[kPendingContent]
@@ -164,6 +182,12 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     const resumable = settings?.resumable == null || !isUploadRequest(request.headers) ? null : settings.resumable
     if (settings === null || (noFields && !settings.required && resumable === null)) {
       request[kPendingContent] = settings === null ? null : watchTrailers(request, reply, settingsOf)
+      done()
+      return
+    }
+    const common = resumable === null && fields === 'content-digest' ? commonCase(request, reply, settings) : null
+    if (common !== null) {
+      request[kPendingContent] = verifyCommonCase(common)
       done()
       return
     }
@@ -207,18 +231,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       discardUncommitted(request, payload, done)
       return
     }
-    const answer = (failure: Error | null): void => {
-      if (failure === null) {
-        discardUncommitted(request, payload, done)
-      } else if (failure instanceof DigestProblem) {
-        // Also when the handler caught the problem from digestVerdict() and replied anyway.
-        reply.removeHeader('content-length')
-        discardUncommitted(request, answerWith(failure, request, reply), done)
-      }
-      // A request whose client left, or that was ended for standing still, is answered by nobody.
-    }
-    if (verifier.settled) answer(verifier.failure)
-    else verifier.whenSettled(answer, 'paused')
+    if (verifier.settled) sendOnVerdict(verifier.failure, request, reply, payload, done)
+    else verifier.whenSettled((failure) => { sendOnVerdict(failure, request, reply, payload, done) }, 'paused')
   })
 }
 

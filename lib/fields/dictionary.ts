@@ -31,7 +31,7 @@ function isBase64Char (code: number): boolean {
  * The bytes of canonical base64 from `start` to `end` (a multiple of four characters, "=" only as
  * the last one or two), or null for anything else.
  */
-function canonicalBytes (text: string, start: number, end: number): Buffer | null {
+export function canonicalBytes (text: string, start: number, end: number): Buffer | null {
   const length = end - start
   if (length % 4 !== 0) return null
   let padding = 0

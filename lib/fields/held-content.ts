@@ -58,7 +58,7 @@ export class HeldContent {
 
   /** Everything held, in order, for readers once the content is verified. */
   release (): Buffer[] {
-    const held = [...this.#held, ...this.#closing ?? []]
+    const held = this.#closing === null ? this.#held : [...this.#held, ...this.#closing]
     this.#held = []
     this.#closing = null
     return held

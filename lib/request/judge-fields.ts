@@ -52,15 +52,18 @@ const fields: readonly Field[] = [
   { name: 'Want-Unencoded-Digest', header: 'want-unencoded-digest', integrity: null }
 ]
 
-/** True when the request carries none of the six fields and announces none in its trailer section. */
-export function hasNoDigestFields (headers: IncomingHttpHeaders): boolean {
-  return headers['content-digest'] === undefined &&
-    headers['repr-digest'] === undefined &&
-    headers['unencoded-digest'] === undefined &&
-    headers['want-content-digest'] === undefined &&
-    headers['want-repr-digest'] === undefined &&
-    headers['want-unencoded-digest'] === undefined &&
-    headers.trailer === undefined
+/**
+ * Which of the six fields a request carries: none (nor a Trailer field, which can announce some),
+ * a Content-Digest alone, or any other.
+ */
+export function digestFieldsOf (headers: IncomingHttpHeaders): 'none' | 'content-digest' | 'others' {
+  if (headers['repr-digest'] !== undefined ||
+    headers['unencoded-digest'] !== undefined ||
+    headers['want-content-digest'] !== undefined ||
+    headers['want-repr-digest'] !== undefined ||
+    headers['want-unencoded-digest'] !== undefined ||
+    headers.trailer !== undefined) return 'others'
+  return headers['content-digest'] === undefined ? 'none' : 'content-digest'
 }
 
 /** The integrity fields a request announces in its Trailer field (RFC 9110 section 6.6.2). */

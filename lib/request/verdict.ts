@@ -1,5 +1,7 @@
 /** The verdict on a request's content once it is complete: its digests compared with every expected value. */
 import { timingSafeEqual } from 'node:crypto'
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { channels } from '../channels.js'
 import type { IncomingHttpHeaders } from 'node:http'
 import type { DigestAlgorithm, DigestFieldName, VerifiedDigest } from '../types.js'
 import type { Algorithm } from '../fields/algorithms.js'
@@ -12,8 +14,10 @@ import { hasIntegrityTrailer, type Source } from './source.js'
 import type { UnencodedHasher } from '../fields/unencoded.js'
 import type { RunningDigest } from './content-hashes.js'
 
-/** What the verifier needs to know about a request, and what it tells the plugin. */
+/** What the verifier needs to know about a request; what it verified or refused goes to the request. */
 export interface Verification {
+  readonly request: FastifyRequest
+  readonly reply: FastifyReply
   readonly settings: Settings
   /** The values of the header section's integrity fields. */
   readonly expectations: readonly Expectation[]
@@ -29,13 +33,15 @@ export interface Verification {
   readonly coded: boolean
   /** A multipart body's close delimiter, after which everything is held until the verdict. */
   readonly closeDelimiter: Buffer | null
-  /** Receives what was verified, just before the content ends for its readers. */
-  verified (digest: VerifiedDigest): void
-  /**
-   * Told of a failure once the content's readers have been given the problem in place of the end;
-   * `heard` says whether any of them listens for 'error' and so can answer it.
-   */
-  failed (problem: DigestProblem, heard: boolean): void
+}
+
+/** Tells the handler, and the subscribers of requestVerified, what the content was verified against. */
+export function verifiedAs (request: FastifyRequest, digest: VerifiedDigest): void {
+  request.digest = digest
+  if (channels.requestVerified.hasSubscribers) {
+    const algorithms = [...new Set([...Object.keys(digest.values), ...Object.keys(digest.unencoded)])]
+    channels.requestVerified.publish({ request, fields: digest.fields, algorithms })
+  }
 }
 
 /** The digests calculated over the content: of the bytes received, and of the decoded content. */
@@ -153,7 +159,7 @@ export function judgeContent (
       callback(problemFor(verification.settings, verdict))
       return
     }
-    if (verdict.fields.length > 0) verification.verified(verdict)
+    if (verdict.fields.length > 0) verifiedAs(verification.request, verdict)
     verification.upload?.accept()
     callback(null)
   }

@@ -1,12 +1,9 @@
 /** The verification of one request, set up in onRequest: at the source when it has fields, else a trailer watch. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
-import { channels } from '../channels.js'
 import { distinct, type Algorithm } from '../fields/algorithms.js'
 import { contentCodings, UnencodedHasher } from '../fields/unencoded.js'
 import { refusals, type Finding } from '../findings.js'
 import type { Settings } from '../options/settings.js'
-import type { VerifiedDigest } from '../types.js'
-import { answerUnheard } from '../problems/answer.js'
 import { problemFor } from '../problems/problems.js'
 import type { RunningDigest } from './content-hashes.js'
 import { isCutShort } from './source.js'
@@ -14,7 +11,7 @@ import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from '.
 import { announcedFields, judgeFields, type Expectation } from './judge-fields.js'
 import type { PendingContent } from './pending-content.js'
 import { watchTrailers, type SettingsOf } from './trailer-watch.js'
-import { compareDigests } from './verdict.js'
+import { compareDigests, verifiedAs, type Verification } from './verdict.js'
 import { SourceVerifier } from './verifier.js'
 
 /** How verifyRequest reports to the onRequest hook that called it. */
@@ -30,13 +27,11 @@ export interface UploadRequest {
   readonly running: RunningDigest | null
 }
 
-/** Tells the handler, and the subscribers of requestVerified, what the content was verified against. */
-function verifiedAs (request: FastifyRequest, digest: VerifiedDigest): void {
-  request.digest = digest
-  if (channels.requestVerified.hasSubscribers) {
-    const algorithms = [...new Set([...Object.keys(digest.values), ...Object.keys(digest.unencoded)])]
-    channels.requestVerified.publish({ request, fields: digest.fields, algorithms })
-  }
+/** Verifies a request of the common case (common-case.ts) at its source: its fields are judged already. */
+export function verifyCommonCase (verification: Verification): SourceVerifier {
+  const verifier = new SourceVerifier(verification.request.raw, verification)
+  verifier.attach()
+  return verifier
 }
 
 /**
@@ -110,6 +105,8 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     return refuse([refusals.readBeforeHook()])
   }
   const verifier = new SourceVerifier(source, {
+    request,
+    reply,
     settings,
     expectations,
     algorithms,
@@ -117,9 +114,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     partial,
     upload,
     coded,
-    closeDelimiter: delimiter,
-    verified (digest) { verifiedAs(request, digest) },
-    failed (problem, heard) { answerUnheard(problem, heard, request, reply) }
+    closeDelimiter: delimiter
   })
   if (verifier.hashBuffered()) {
     if (isCutShort(request.raw)) {

@@ -6,6 +6,7 @@ import type { Readable } from 'node:stream'
 import type { DigestProblem } from '../problems/problems.js'
 import type { UnencodedHasher } from '../fields/unencoded.js'
 import { HeldContent } from '../fields/held-content.js'
+import { answerUnheard } from '../problems/answer.js'
 import { kSourceVerifier } from '../symbols.js'
 import { ContentHashes } from './content-hashes.js'
 import { PendingContent } from './pending-content.js'
@@ -125,7 +126,8 @@ export class SourceVerifier extends PendingContent {
     this.detach()
     const held = this.#held.release()
     if (problem !== null) {
-      this.concludeFailed(problem, (heard) => this.#verification.failed(problem, heard))
+      const { request, reply } = this.#verification
+      this.concludeFailed(problem, (heard) => answerUnheard(problem, heard, request, reply))
       return
     }
     this.concludeVerified(() => {

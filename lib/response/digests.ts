@@ -74,6 +74,13 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
   }
 }
 
+/** Two onSend hooks that never fail, as one. */
+export function inSequence (first: onSendHookHandler, second: onSendHookHandler): onSendHookHandler {
+  return function sendDigests (request, reply, payload, done) {
+    first.call(this, request, reply, payload, (_error?: unknown, found?: unknown) => { second.call(this, request, reply, found, done) })
+  }
+}
+
 type SentField = 'content-digest' | 'repr-digest'
 
 /**

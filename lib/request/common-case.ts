@@ -1,0 +1,49 @@
+/**
+ * The common case, found in a few lookups (issue 29): an HTTP/1.1 request whose Content-Length is
+ * above 0, whose one digest field is a Content-Digest of one member in the form clients write, of
+ * an algorithm the route supports and a value of its length, with no Transfer-Encoding or Trailer
+ * (so no trailer section), not multipart, nothing read of it yet, and not an upload's. judgeFields
+ * and verifyRequest would find nothing to refuse and this one value to compare; every other
+ * request, valid or not, goes their way.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { canonicalBytes } from '../fields/dictionary.js'
+import type { Settings } from '../options/settings.js'
+import type { Source } from './source.js'
+import type { Verification } from './verdict.js'
+
+const positiveLength = /^[1-9]\d*$/
+// One member, a key (RFC 9651 section 3.1.2) and a byte sequence: what parseDictionary reads the same.
+const oneByteSequence = /^([a-z*][a-z0-9_.*-]*)=:[A-Za-z0-9+/]*={0,2}:$/
+const multipart = /^multipart\//i
+
+/** The verification of a request whose one digest field is Content-Digest (digestFieldsOf), or null when it is not of the common case. */
+export function commonCase (request: FastifyRequest, reply: FastifyReply, settings: Settings): Verification | null {
+  const headers = request.headers
+  const text = headers['content-digest']
+  const length = headers['content-length']
+  const type = headers['content-type']
+  if (typeof text !== 'string' || length === undefined || !positiveLength.test(length) ||
+    headers['transfer-encoding'] !== undefined || (type !== undefined && multipart.test(type))) return null
+  const raw = request.raw
+  if (raw.httpVersionMajor !== 1 || raw.readableDidRead || raw.readableLength > 0 ||
+    (raw as unknown as Source)._readableState.ended) return null
+  const key = oneByteSequence.exec(text)?.[1]
+  const algorithm = key === undefined ? undefined : settings.algorithms.get(key)
+  if (algorithm === undefined) return null
+  const value = canonicalBytes(text, (key as string).length + 2, text.length - 1)
+  if (value === null || value.length !== algorithm.length) return null
+  return {
+    request,
+    reply,
+    settings,
+    expectations: [{ field: 'content-digest', header: 'Content-Digest', algorithm, value }],
+    algorithms: [algorithm],
+    unencoded: null,
+    // Repr-Digest, partial content and a content coding matter only to fields this request has none of.
+    partial: false,
+    coded: false,
+    upload: null,
+    closeDelimiter: null
+  }
+}
