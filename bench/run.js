@@ -11,7 +11,7 @@ import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { download, getEach, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
-import { clientSection, resumableSection, staticSection, writeReport } from './report.js'
+import { clientSection, resumableSection, smallRequestsPart, staticSection, writeReport } from './report.js'
 import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
@@ -51,6 +51,8 @@ async function withServer (variant, use, env) {
 async function smallRequests (pipelining) {
   const body = smallJsonBody()
   const sha256 = { 'content-digest': digestField('sha-256', [body]) }
+  const sha512 = { 'content-digest': digestField('sha-512', [body]) }
+  const repr = { 'repr-digest': digestField('sha-256', [body]) }
   const configs = {
     'bare Fastify': ['bare', {}],
     'plugin, no digest field': ['plugin', {}],
@@ -58,7 +60,12 @@ async function smallRequests (pipelining) {
     // Every connection alternates a request with the field and one without: the object-shape
     // effect, if any, of both kinds in one process.
     'plugin, half with sha-256': ['plugin', {}, [{}, { headers: { 'content-type': 'application/json', ...sha256 } }]],
-    'plugin, sha-512': ['plugin', { 'content-digest': digestField('sha-512', [body]) }],
+    'plugin, sha-512': ['plugin', sha512],
+    'plugin, Repr-Digest sha-256': ['plugin', repr],
+    // The least code that keeps the same guarantee (bench/floor.js): what the plugin is measured against.
+    'floor, sha-256': ['floor', sha256],
+    'floor, sha-512': ['floor', sha512],
+    'floor, Repr-Digest sha-256': ['floor', repr],
     'raw-body comparator, sha-256': ['raw-body', sha256],
     'streaming comparator, sha-256': ['streaming', sha256]
   }
@@ -272,7 +279,9 @@ if (parts.includes('client')) results.client = await client()
 
 if (process.env.BENCH_ONLY) {
   for (const [part, result] of Object.entries(results)) log(`${part}: ${JSON.stringify(result)}`)
-  // The client section as the full report writes it.
+  // The sections as the full report writes them.
+  if (results.small !== undefined) log(smallRequestsPart(results.small))
+  if (results.pipelined !== undefined) log(smallRequestsPart(results.pipelined))
   if (results.client !== undefined) log(clientSection(results.client))
   if (results.static !== undefined) log(staticSection(results.static))
   if (results.resumable !== undefined) log(resumableSection(results.resumable))

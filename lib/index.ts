@@ -185,7 +185,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       done()
       return
     }
-    const common = resumable === null && fields === 'content-digest' ? commonCase(request, reply, settings) : null
+    const common = resumable === null && fields === 'one' ? commonCase(request, reply, settings) : null
     if (common !== null) {
       request[kPendingContent] = verifyCommonCase(common)
       done()

@@ -1,10 +1,11 @@
 /**
  * The common case, found in a few lookups (issue 29): an HTTP/1.1 request whose Content-Length is
- * above 0, whose one digest field is a Content-Digest of one member in the form clients write, of
- * an algorithm the route supports and a value of its length, with no Transfer-Encoding or Trailer
- * (so no trailer section), not multipart, nothing read of it yet, and not an upload's. judgeFields
- * and verifyRequest would find nothing to refuse and this one value to compare; every other
- * request, valid or not, goes their way.
+ * above 0, whose one digest field is a Content-Digest, or a Repr-Digest without Content-Range, of
+ * one member in the form clients write, of an algorithm the route supports and a value of its
+ * length; with no Transfer-Encoding or Trailer (so no trailer section), not multipart, nothing read
+ * of it yet, and not an upload's. judgeFields and verifyRequest would find nothing to refuse and
+ * this one value to compare with the bytes received (a content coding is part of the
+ * representation, RFC 9530 section 3); every other request, valid or not, goes their way.
  */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { canonicalBytes } from '../fields/dictionary.js'
@@ -17,14 +18,16 @@ const positiveLength = /^[1-9]\d*$/
 const oneByteSequence = /^([a-z*][a-z0-9_.*-]*)=:[A-Za-z0-9+/]*={0,2}:$/
 const multipart = /^multipart\//i
 
-/** The verification of a request whose one digest field is Content-Digest (digestFieldsOf), or null when it is not of the common case. */
+/** The verification of a request with one integrity field (digestFieldsOf), or null when it is not of the common case. */
 export function commonCase (request: FastifyRequest, reply: FastifyReply, settings: Settings): Verification | null {
   const headers = request.headers
-  const text = headers['content-digest']
+  const content = headers['content-digest']
+  const text = content ?? headers['repr-digest']
   const length = headers['content-length']
   const type = headers['content-type']
   if (typeof text !== 'string' || length === undefined || !positiveLength.test(length) ||
-    headers['transfer-encoding'] !== undefined || (type !== undefined && multipart.test(type))) return null
+    headers['transfer-encoding'] !== undefined || (type !== undefined && multipart.test(type)) ||
+    (content === undefined && headers['content-range'] !== undefined)) return null
   const raw = request.raw
   if (raw.httpVersionMajor !== 1 || raw.readableDidRead || raw.readableLength > 0 ||
     (raw as unknown as Source)._readableState.ended) return null
@@ -37,10 +40,12 @@ export function commonCase (request: FastifyRequest, reply: FastifyReply, settin
     request,
     reply,
     settings,
-    expectations: [{ field: 'content-digest', header: 'Content-Digest', algorithm, value }],
+    expectations: [content === undefined
+      ? { field: 'repr-digest', header: 'Repr-Digest', algorithm, value }
+      : { field: 'content-digest', header: 'Content-Digest', algorithm, value }],
     algorithms: [algorithm],
     unencoded: null,
-    // Repr-Digest, partial content and a content coding matter only to fields this request has none of.
+    // Partial content and a content coding matter only to fields this request has none of.
     partial: false,
     coded: false,
     upload: null,

@@ -54,16 +54,17 @@ const fields: readonly Field[] = [
 
 /**
  * Which of the six fields a request carries: none (nor a Trailer field, which can announce some),
- * a Content-Digest alone, or any other.
+ * one integrity field of the content (Content-Digest or Repr-Digest) alone, or any others.
  */
-export function digestFieldsOf (headers: IncomingHttpHeaders): 'none' | 'content-digest' | 'others' {
-  if (headers['repr-digest'] !== undefined ||
-    headers['unencoded-digest'] !== undefined ||
+export function digestFieldsOf (headers: IncomingHttpHeaders): 'none' | 'one' | 'others' {
+  if (headers['unencoded-digest'] !== undefined ||
     headers['want-content-digest'] !== undefined ||
     headers['want-repr-digest'] !== undefined ||
     headers['want-unencoded-digest'] !== undefined ||
     headers.trailer !== undefined) return 'others'
-  return headers['content-digest'] === undefined ? 'none' : 'content-digest'
+  const content = headers['content-digest'] !== undefined
+  const repr = headers['repr-digest'] !== undefined
+  return content && repr ? 'others' : content || repr ? 'one' : 'none'
 }
 
 /** The integrity fields a request announces in its Trailer field (RFC 9110 section 6.6.2). */
