@@ -76,7 +76,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
 
 /** Two onSend hooks that never fail, as one. */
 export function inSequence (first: onSendHookHandler, second: onSendHookHandler): onSendHookHandler {
-  return function sendDigests (request, reply, payload, done) {
+  return function findAndSendDigests (request, reply, payload, done) {
     first.call(this, request, reply, payload, (_error?: unknown, found?: unknown) => { second.call(this, request, reply, found, done) })
   }
 }
