@@ -39,13 +39,12 @@ import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from '
 import { answerWith } from './problems/answer.js'
 import { answerProblems } from './problems/error-handler.js'
 import { DigestProblem } from './problems/problems.js'
-import { commonCase } from './request/common-case.js'
+import { CommonCaseVerifier, commonCase } from './request/common-case.js'
 import { deferContinue } from './request/continue.js'
 import { digestFieldsOf } from './request/judge-fields.js'
 import type { PendingContent } from './request/pending-content.js'
 import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
-import { verifyCommonCase, verifyRequest, type RequestHook } from './request/verification.js'
-import { SourceVerifier } from './request/verifier.js'
+import { verifyRequest, type RequestHook } from './request/verification.js'
 import { findUnencodedDigest, inSequence, responseDigests } from './response/digests.js'
 import { FileDigests } from './response/file-digests.js'
 import { discardUncommitted } from './uploads/commit.js'
@@ -168,11 +167,12 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // A parent scope's registration ran first: content it took over stays with it, a mere watch
     // for trailer fields gives way to this scope's settings.
     const prior = request[kPendingContent]
-    if (prior instanceof SourceVerifier || request.digest !== null) {
+    const watch = prior instanceof TrailerWatch
+    if ((prior != null && !watch) || request.digest !== null) {
       done()
       return
     }
-    if (prior instanceof TrailerWatch) prior.detach()
+    if (watch) prior.detach()
     if (noFields && !anyRequired && !anyResumable) {
       request[kPendingContent] = watchTrailers(request, reply, settingsOf)
       done()
@@ -185,9 +185,9 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       done()
       return
     }
-    const common = resumable === null && fields === 'one' ? commonCase(request, reply, settings) : null
-    if (common !== null) {
-      request[kPendingContent] = verifyCommonCase(common)
+    const expected = resumable === null && fields === 'one' ? commonCase(request, settings) : null
+    if (expected !== null) {
+      request[kPendingContent] = new CommonCaseVerifier(request, reply, settings, expected)
       done()
       return
     }

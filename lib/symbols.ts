@@ -10,7 +10,7 @@ export const kAnswersProblems = Symbol('fastify-digest-fields.answers-problems')
 export const kSendDigests = Symbol('fastify-digest-fields.send-digests')
 /** On a reply: the representation digests the application supplied (`reply.reprDigest()`). */
 export const kSuppliedDigests = Symbol('fastify-digest-fields.supplied-digests')
-/** On request.raw: the SourceVerifier that took over its push(). */
+/** On request.raw: the verifier that took over its push() (a SourceVerifier or CommonCaseVerifier). */
 export const kSourceVerifier = Symbol('fastify-digest-fields.source-verifier')
 /** On request.raw: the TrailerWatch that watches its end. */
 export const kTrailerWatch = Symbol('fastify-digest-fields.trailer-watch')

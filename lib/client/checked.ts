@@ -61,7 +61,7 @@ export class CheckedResponse {
       this.#relay.hold('decoder')
       check.whenDrained(() => { this.#relay.release('decoder') })
     }
-    this.#held.take(chunk, this.#deliver)
+    this.#held.take(chunk, this.#deliver, this)
   }
 
   end (trailers: IncomingHttpHeaders): void {

@@ -2,7 +2,6 @@
  * What of a request's content its readers are not given until the verdict: the last kilobyte
  * received, and a multipart body from its close delimiter on.
  */
-
 const nothing = Buffer.alloc(0)
 const crlf = Buffer.from('\r\n')
 
@@ -37,23 +36,24 @@ export class HeldContent {
   }
 
   /**
-   * Takes a chunk and hands `deliver` what readers may have now; returns what the last delivery
+   * Takes a chunk and hands `deliver`, called on `target` (a request stream's own push() on the
+   * stream: no closure a request), what readers may have now; returns what the last delivery
    * returned, or null when there was none.
    */
-  take (bytes: Buffer, deliver: (chunk: Buffer) => boolean): boolean | null {
+  take<T> (bytes: Buffer, deliver: (this: T, chunk: Buffer) => boolean, target: T): boolean | null {
     if (this.#closing !== null) {
       this.#holdAfterClose(bytes)
       return null
     }
     const delimiter = this.#closeDelimiter
     const start = delimiter === null ? null : this.#closeDelimiterStart(bytes, delimiter)
-    if (start === null) return this.#hold(bytes, deliver)
+    if (start === null) return this.#hold(bytes, deliver, target)
     // Its last part would end for a reader at the delimiter, however long an epilogue follows: the
     // chunk is split there, what comes before held as any other chunk, the rest until the verdict.
     this.#closing = []
     this.#afterClose = -((delimiter as Buffer).length + Math.min(0, start))
     this.#holdAfterClose(bytes.subarray(Math.max(0, start)))
-    return this.#hold(bytes.subarray(0, Math.max(0, start)), deliver)
+    return this.#hold(bytes.subarray(0, Math.max(0, start)), deliver, target)
   }
 
   /** Everything held, in order, for readers once the content is verified. */
@@ -64,7 +64,7 @@ export class HeldContent {
     return held
   }
 
-  #hold (bytes: Buffer, deliver: (chunk: Buffer) => boolean): boolean | null {
+  #hold<T> (bytes: Buffer, deliver: (this: T, chunk: Buffer) => boolean, target: T): boolean | null {
     const held = this.#held
     held.push(bytes)
     this.#heldLength += bytes.length
@@ -72,7 +72,7 @@ export class HeldContent {
     while (this.#heldLength - (held[0] as Buffer).length >= tailLength) {
       const next = held.shift() as Buffer
       this.#heldLength -= next.length
-      more = deliver(next)
+      more = deliver.call(target, next)
     }
     return more
   }

@@ -1,27 +1,34 @@
 /**
- * The common case, found in a few lookups (issue 29): an HTTP/1.1 request whose Content-Length is
- * above 0, whose one digest field is a Content-Digest, or a Repr-Digest without Content-Range, of
- * one member in the form clients write, of an algorithm the route supports and a value of its
- * length; with no Transfer-Encoding or Trailer (so no trailer section), no multipart close
- * delimiter to hold back (framing.ts), nothing read of it yet, and not an upload's. judgeFields
- * and verifyRequest would find nothing to refuse and this one value to compare with the bytes
- * received (a content coding is part of the representation, RFC 9530 section 3); every other
- * request, valid or not, goes their way.
+ * The common case, found in a few lookups and verified in one small object (issue 29): an HTTP/1.1
+ * request whose Content-Length is above 0, whose one digest field is a Content-Digest, or a
+ * Repr-Digest without Content-Range, of one member in the form clients write, of an algorithm the
+ * route supports and a value of its length; with no Transfer-Encoding or Trailer (so no trailer
+ * section), no multipart close delimiter to hold back (framing.ts), nothing read of it yet, and not
+ * an upload's. judgeFields and verifyRequest would find nothing to refuse and this one value to
+ * compare with the bytes received (a content coding is part of the representation, RFC 9530
+ * section 3); every other request, valid or not, goes their way.
  */
+import { timingSafeEqual, type Hash } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { canonicalBytes } from '../fields/dictionary.js'
+import { HeldContent } from '../fields/held-content.js'
 import type { Settings } from '../options/settings.js'
+import { answerUnheard } from '../problems/answer.js'
+import { problemFor } from '../problems/problems.js'
 import { closeDelimiter } from './framing.js'
-import type { Source } from './source.js'
-import type { Verification } from './verdict.js'
+import type { Expectation } from './judge-fields.js'
+import { PendingContent } from './pending-content.js'
+import { giveBackPush, takeOverPush, type Source } from './source.js'
+import { verifiedAs } from './verdict.js'
 
 const positiveLength = /^[1-9]\d*$/
 // One member, a key (RFC 9651 section 3.1.2) and a byte sequence, whose base64 canonicalBytes()
 // checks as parseDictionary does.
 const oneByteSequence = /^([a-z*][a-z0-9_.*-]*)=:[^:]*:$/
+const nothing = Buffer.alloc(0)
 
-/** The verification of a request with one integrity field (digestFieldsOf), or null when it is not of the common case. */
-export function commonCase (request: FastifyRequest, reply: FastifyReply, settings: Settings): Verification | null {
+/** The one value a request with one integrity field (digestFieldsOf) is checked against, or null when it is not of the common case. */
+export function commonCase (request: FastifyRequest, settings: Settings): Expectation | null {
   const headers = request.headers
   const content = headers['content-digest']
   const text = content ?? headers['repr-digest']
@@ -37,19 +44,78 @@ export function commonCase (request: FastifyRequest, reply: FastifyReply, settin
   if (algorithm === undefined) return null
   const value = canonicalBytes(text, (key as string).length + 2, text.length - 1)
   if (value === null || value.length !== algorithm.length) return null
-  return {
-    request,
-    reply,
-    settings,
-    expectations: [content === undefined
-      ? { field: 'repr-digest', header: 'Repr-Digest', algorithm, value }
-      : { field: 'content-digest', header: 'Content-Digest', algorithm, value }],
-    algorithms: [algorithm],
-    unencoded: null,
-    // Partial content and a content coding matter only to fields this request has none of.
-    partial: false,
-    coded: false,
-    upload: null,
-    closeDelimiter: null
+  return content === undefined
+    ? { field: 'repr-digest', header: 'Repr-Digest', algorithm, value }
+    : { field: 'content-digest', header: 'Content-Digest', algorithm, value }
+}
+
+/**
+ * The SourceVerifier of the common case: each chunk hashed before any reader has it, the last
+ * kilobyte and the end held back until the one value compares equal, the stream failed otherwise.
+ * A first chunk that is the whole content is hashed in one call at its end, as ContentHashes does.
+ */
+export class CommonCaseVerifier extends PendingContent {
+  readonly covered = true
+  readonly #request: FastifyRequest
+  readonly #reply: FastifyReply
+  readonly #settings: Settings
+  readonly #expected: Expectation
+  readonly #push: (chunk: Buffer | null) => boolean
+  readonly #held = new HeldContent(null)
+  // The first chunk, until a second arrives or the end: `nothing` before any.
+  #only: Buffer = nothing
+  #hash: Hash | null = null
+
+  constructor (request: FastifyRequest, reply: FastifyReply, settings: Settings, expected: Expectation) {
+    super(request.raw as unknown as Source)
+    this.#request = request
+    this.#reply = reply
+    this.#settings = settings
+    this.#expected = expected
+    this.#push = request.raw.push
+    takeOverPush(this.source, this)
+  }
+
+  protected stallTimeout (): number {
+    return this.#settings.stallTimeout
+  }
+
+  detach (): void {
+    giveBackPush(this.source, this.#push)
+  }
+
+  receive (chunk: Buffer | string | null): boolean {
+    // Node's HTTP/1 parser pushes no end for a request whose client left: an end is its content's.
+    if (chunk === null) {
+      this.#conclude()
+      return false
+    }
+    // light-my-request pushes a string payload as it was given.
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+    this.arrived()
+    if (this.#hash !== null) {
+      this.#hash.update(bytes)
+    } else if (this.#only === nothing) {
+      this.#only = bytes
+    } else {
+      this.#hash = this.#expected.algorithm.createHash().update(this.#only).update(bytes)
+      this.#only = nothing
+    }
+    return this.#held.take(bytes, this.#push, this.source) ?? this.#push.call(this.source, nothing)
+  }
+
+  #conclude (): void {
+    this.detach()
+    const { field, header, algorithm, value } = this.#expected
+    const digest = this.#hash?.digest() ?? algorithm.digest(this.#only)
+    // Equal lengths are checked by commonCase(); timingSafeEqual reads every byte (verdict.ts).
+    if (timingSafeEqual(digest, value)) {
+      verifiedAs(this.#request, { fields: [field], values: { [algorithm.key]: digest }, unencoded: {} })
+      this.concludeVerified(this.#held.release(), this.#push)
+      return
+    }
+    const problem = problemFor(this.#settings,
+      [{ kind: 'mismatched', algorithm: algorithm.key, header, provided: value, calculated: digest }])
+    this.concludeFailed(problem, (heard) => answerUnheard(problem, heard, this.#request, this.#reply))
   }
 }

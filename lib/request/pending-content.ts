@@ -54,14 +54,19 @@ export abstract class PendingContent {
   }
 
   /**
-   * Concludes content that verified: `deliver` hands its end to readers, unless a wait let readers
-   * go before it, who are then told why rather than seeing an end that looks complete.
+   * Concludes content that verified: what was held and the end go to readers through the stream's
+   * own `push`, unless a wait let readers go before it, who are then told why rather than seeing an
+   * end that looks complete.
    */
-  protected concludeVerified (deliver: () => boolean): boolean {
+  protected concludeVerified (held: readonly Buffer[], push: (chunk: Buffer | null) => boolean): boolean {
     this.#settle(null)
     const cut = this.#wait?.cut ?? null
     if (cut !== null) failSource(this.source, cut)
-    const more = cut === null && deliver()
+    let more = false
+    if (cut === null) {
+      for (const chunk of held) push.call(this.source, chunk)
+      more = push.call(this.source, null)
+    }
     this.#wait?.settle(null)
     return more
   }

@@ -22,10 +22,36 @@ import { constants, type Http2Stream } from 'node:http2'
 import type { Socket } from 'node:net'
 import { Readable } from 'node:stream'
 import { integrityFields } from '../fields/sections.js'
+import { kSourceVerifier } from '../symbols.js'
 
 export type Source = Readable & {
   trailers?: IncomingHttpHeaders
   _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean, pipes: NodeJS.WritableStream[] }
+}
+
+/** What took a request stream's push() over: it sees each chunk and the end before any reader. */
+export interface Receiver {
+  receive (chunk: Buffer | string | null): boolean
+}
+
+type ReceivingSource = Source & { [kSourceVerifier]?: Receiver | undefined }
+
+// Installed on the request stream in place of its push(): shared by every request, so no closure is
+// made per request; the receiver is found on the stream.
+function pushThroughReceiver (this: ReceivingSource, chunk: Buffer | string | null): boolean {
+  return (this[kSourceVerifier] as Receiver).receive(chunk)
+}
+
+/** Takes over the stream's push(), through which the connection delivers every chunk and the end. */
+export function takeOverPush (source: Source, receiver: Receiver): void {
+  (source as ReceivingSource)[kSourceVerifier] = receiver
+  source.push = pushThroughReceiver
+}
+
+/** Gives the stream back the push() that takeOverPush() replaced. */
+export function giveBackPush (source: Source, push: (chunk: Buffer | null) => boolean): void {
+  source.push = push
+  ;(source as ReceivingSource)[kSourceVerifier] = undefined
 }
 
 function refuseEnd (): boolean {

@@ -56,7 +56,7 @@ export class TrailerWatch extends PendingContent {
   end (source: WatchedSource): boolean {
     this.detach()
     const settings = hasIntegrityTrailer(source.trailers) ? this.settingsOf(this.request) : null
-    if (settings === null) return this.concludeVerified(() => source.push(null))
+    if (settings === null) return this.concludeVerified([], source.push)
     const problem = problemFor(settings, [refusals.unannouncedTrailer()])
     this.concludeFailed(problem, (heard) => answerUnheard(problem, heard, this.request, this.reply))
     return false

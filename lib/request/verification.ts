@@ -11,7 +11,7 @@ import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from '.
 import { announcedFields, judgeFields, type Expectation } from './judge-fields.js'
 import type { PendingContent } from './pending-content.js'
 import { watchTrailers, type SettingsOf } from './trailer-watch.js'
-import { compareDigests, verifiedAs, type Verification } from './verdict.js'
+import { compareDigests, verifiedAs } from './verdict.js'
 import { SourceVerifier } from './verifier.js'
 
 /** How verifyRequest reports to the onRequest hook that called it. */
@@ -25,13 +25,6 @@ export interface RequestHook {
 /** An upload creation or append: its running digest, or null when the application knows no state of the upload. */
 export interface UploadRequest {
   readonly running: RunningDigest | null
-}
-
-/** Verifies a request of the common case (common-case.ts) at its source: its fields are judged already. */
-export function verifyCommonCase (verification: Verification): SourceVerifier {
-  const verifier = new SourceVerifier(verification.request.raw, verification)
-  verifier.attach()
-  return verifier
 }
 
 /**

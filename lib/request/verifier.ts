@@ -10,18 +10,12 @@ import { answerUnheard } from '../problems/answer.js'
 import { kSourceVerifier } from '../symbols.js'
 import { ContentHashes } from './content-hashes.js'
 import { PendingContent } from './pending-content.js'
-import { isCutShort, type Source } from './source.js'
+import { giveBackPush, isCutShort, takeOverPush, type Source } from './source.js'
 import { judgeContent, type Verification } from './verdict.js'
 
 type VerifiedSource = Source & { [kSourceVerifier]?: SourceVerifier | undefined }
 
 const nothing = Buffer.alloc(0)
-
-// Installed on the request stream in place of its push(): shared by every request, so no closure is
-// made per request; the verifier is found on the stream.
-function pushThroughVerifier (this: VerifiedSource, chunk: Buffer | string | null): boolean {
-  return (this[kSourceVerifier] as SourceVerifier).receive(chunk)
-}
 
 // Installed in place of its _read() while content is decoded on the side: a reader asking for more
 // (which resumes the connection) waits while the decoder's input is full.
@@ -45,8 +39,6 @@ export class SourceVerifier extends PendingContent {
   readonly #hashes: ContentHashes
   readonly #held: HeldContent
   #ending = false
-  // What the held content hands on goes to the stream's own push(): one function a request.
-  readonly #deliver = (chunk: Buffer): boolean => this.#push.call(this.source, chunk)
 
   constructor (source: Readable, verification: Verification) {
     super(source as Source)
@@ -73,17 +65,13 @@ export class SourceVerifier extends PendingContent {
 
   /** Takes over the stream's push(), through which the connection delivers every further chunk. */
   attach (): void {
-    const source = this.source as VerifiedSource
-    source[kSourceVerifier] = this
-    source.push = pushThroughVerifier
-    if (this.#verification.unencoded !== null) source._read = readThroughVerifier
+    takeOverPush(this.source, this)
+    if (this.#verification.unencoded !== null) this.source._read = readThroughVerifier
   }
 
   detach (): void {
-    const source = this.source as VerifiedSource
-    source.push = this.#push
-    source._read = this.#read
-    source[kSourceVerifier] = undefined
+    giveBackPush(this.source, this.#push)
+    this.source._read = this.#read
   }
 
   read (size: number): void {
@@ -110,7 +98,7 @@ export class SourceVerifier extends PendingContent {
     this.#hashes.add(bytes)
     // A push that hands nothing on still ends the stream's read, so that it asks for more. A full
     // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
-    const more = this.#held.take(bytes, this.#deliver) ?? this.#push.call(this.source, nothing)
+    const more = this.#held.take(bytes, this.#push, this.source) ?? this.#push.call(this.source, nothing)
     return more && this.#verification.unencoded?.full !== true
   }
 
@@ -130,9 +118,6 @@ export class SourceVerifier extends PendingContent {
       this.concludeFailed(problem, (heard) => answerUnheard(problem, heard, request, reply))
       return
     }
-    this.concludeVerified(() => {
-      for (const chunk of held) this.#push.call(this.source, chunk)
-      return this.#push.call(this.source, null)
-    })
+    this.concludeVerified(held, this.#push)
   }
 }

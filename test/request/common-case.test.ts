@@ -3,7 +3,7 @@ import { Readable } from 'node:stream'
 import t from 'tap'
 import fc from 'fast-check'
 import Fastify, { type FastifyInstance, type FastifyPluginAsync, type FastifyRequest } from 'fastify'
-import { commonCase } from '../../lib/request/common-case.js'
+import { CommonCaseVerifier, commonCase } from '../../lib/request/common-case.js'
 import { describeDigest, fuzzScale, fuzzSeed, listen, rawRequest, seededBytes } from '../helpers.js'
 
 // Issue 29: the common case, verified without judging every field (lib/request/common-case.ts),
@@ -18,6 +18,7 @@ const taken = new Set<string>()
 type Plugin = { default: FastifyPluginAsync }
 const withCommonCase = await t.mockImport<Plugin>('../../lib/index.js', {
   '../../lib/request/common-case.js': {
+    CommonCaseVerifier,
     commonCase: (...args: Parameters<typeof commonCase>) => {
       const found = commonCase(...args)
       if (found !== null) taken.add(args[0].headers['x-case'] as string)
@@ -26,7 +27,7 @@ const withCommonCase = await t.mockImport<Plugin>('../../lib/index.js', {
   }
 })
 const generalOnly = await t.mockImport<Plugin>('../../lib/index.js', {
-  '../../lib/request/common-case.js': { commonCase: () => null }
+  '../../lib/request/common-case.js': { CommonCaseVerifier, commonCase: () => null }
 })
 
 const readers = ['buffer parser', 'stream handed on', 'request.raw listeners', 'parser that sniffs', 'reply before reading'] as const
