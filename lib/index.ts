@@ -45,6 +45,7 @@ import { digestFieldsOf } from './request/judge-fields.js'
 import type { PendingContent } from './request/pending-content.js'
 import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
 import { verifyRequest, type RequestHook } from './request/verification.js'
+import { continueSend, type SendDone } from './response/continue-send.js'
 import { findUnencodedDigest, inSequence, responseDigests } from './response/digests.js'
 import { FileDigests } from './response/file-digests.js'
 import { discardUncommitted } from './uploads/commit.js'
@@ -76,15 +77,22 @@ function isStream (body: unknown): boolean {
   return typeof (body as Readable | undefined)?.pipe === 'function'
 }
 
+/** A reply, once the files saved and not committed are removed. */
+function sendCommitted (request: FastifyRequest, payload: unknown, done: SendDone): void {
+  const removing = discardUncommitted(request)
+  if (removing === null) continueSend(done, payload)
+  else removing.then(() => { continueSend(done, payload) })
+}
+
 /** A success reply once its content concluded: sent as it is, or as the problem the content failed with. */
 function sendOnVerdict (failure: Error | null, request: FastifyRequest, reply: FastifyReply, payload: unknown,
-  done: (error: Error | null, payload?: unknown) => void): void {
+  done: SendDone): void {
   if (failure === null) {
-    discardUncommitted(request, payload, done)
+    sendCommitted(request, payload, done)
   } else if (failure instanceof DigestProblem) {
     // Also when the handler caught the problem from digestVerdict() and replied anyway.
     reply.removeHeader('content-length')
-    discardUncommitted(request, answerWith(failure, request, reply), done)
+    sendCommitted(request, answerWith(failure, request, reply), done)
   }
   // A request whose client left, or that was ended for standing still, is answered by nobody.
 }
@@ -228,7 +236,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     const verifier = request[kPendingContent]
     // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
     if (reply.statusCode >= 400 || verifier == null || !verifier.covered) {
-      discardUncommitted(request, payload, done)
+      sendCommitted(request, payload, done)
       return
     }
     if (verifier.settled) sendOnVerdict(verifier.failure, request, reply, payload, done)

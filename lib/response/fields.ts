@@ -10,9 +10,12 @@ export function field (algorithm: Algorithm, digest: Buffer): string {
   return `${algorithm.key}=${serializeByteSequence(digest)}`
 }
 
-export function addVary (reply: FastifyReply, fields: string): void {
+/** Adds the fields Vary does not list yet: a reply sent again (for an error) varies on the same. */
+export function addVary (reply: FastifyReply, fields: readonly string[]): void {
   const vary = reply.getHeader('vary')
-  reply.header('vary', vary === undefined ? fields : `${String(vary)}, ${fields}`)
+  const listed = vary === undefined ? [] : String(vary).toLowerCase().split(/\s*,\s*/)
+  const added = fields.filter((name) => !listed.includes(name.toLowerCase()))
+  if (added.length > 0) reply.header('vary', [...(vary === undefined ? [] : [String(vary)]), ...added].join(', '))
 }
 
 /**

@@ -170,20 +170,15 @@ export class VerifiedFiles implements VerifiedFilesApi {
 
 /**
  * Removes the files saved with request.verifiedFiles() and not committed, before the answer goes: a
- * client that has it finds none of them. An onResponse hook would do it later, and would make
- * Fastify follow every response's end (without a logger it follows none).
+ * client that has it finds none of them; null when there are none. An onResponse hook would do it
+ * later, and would make Fastify follow every response's end (without a logger it follows none).
  */
-export function discardUncommitted (request: FastifyRequest, payload: unknown,
-  done: (error: Error | null, payload?: unknown) => void): void {
+export function discardUncommitted (request: FastifyRequest): Promise<void> | null {
   const files = (request as VerdictRequest)[kVerifiedFiles]
   if (files == null || files === false) {
     (request as VerdictRequest)[kVerifiedFiles] = false
-    done(null, payload)
-    return
+    return null
   }
   // A file that cannot be removed is not at its destination: the answer goes, and the log says so.
-  files.discard().then(() => done(null, payload), (error) => {
-    request.log.error(uncommittedFileKept(error))
-    done(null, payload)
-  })
+  return files.discard().catch((error: unknown) => { request.log.error(uncommittedFileKept(error)) })
 }
