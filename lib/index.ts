@@ -3,9 +3,10 @@
 //                  error handler that answers problems (problems/error-handler.ts) added to the route
 //   arrival        Expect: 100-continue answered only once the content is read (request/continue.ts)
 //   onRequest      judgeContentAtSource: fields judged before any content (request/judge-fields.ts,
-//                  findings.ts); an upload's running digest started or loaded (uploads/resumable.ts);
-//                  request.raw taken over (request/verification.ts, verifier.ts, source.ts), or its
-//                  end watched for trailer fields (request/trailer-watch.ts)
+//                  findings.ts), or the common case found in a few lookups and verified in one small
+//                  object (request/common-case.ts); an upload's running digest started or loaded
+//                  (uploads/resumable.ts); request.raw taken over (request/verification.ts,
+//                  verifier.ts, source.ts), or its end watched for trailer fields (trailer-watch.ts)
 //   as it arrives  each chunk hashed (request/content-hashes.ts, fields/unencoded.ts), the tail held
 //                  back (fields/held-content.ts); at the end, digests compared (request/verdict.ts),
 //                  then the end delivered or the stream failed with the problem
@@ -14,9 +15,10 @@
 //                  problem; every such wait bounded by the route's stallTimeout (request/content-wait.ts)
 //   problems       rendered from findings (problems/problems.ts), sent by problems/answer.ts
 //   responses      Unencoded-Digest found as the route's first onSend, before a coding is added; Want-*
-//                  answered, digests sent and signed as its last (response/digests.ts, fields.ts,
-//                  coverage.ts, payload-digests.ts); files' digests kept by version (response/
-//                  file-digests.ts), signatures made (options/integrity-signatures.ts)
+//                  answered, digests found and signed as its last, placed in the turn Fastify writes
+//                  the reply (response/digests.ts, sent-fields.ts, fields.ts, coverage.ts, payload-
+//                  digests.ts, continue-send.ts); files' digests kept by version (response/file-
+//                  digests.ts), signatures made (options/integrity-signatures.ts)
 //   commits        request.verifiedFiles() and digestVerdict() (uploads/commit.ts); files saved and
 //                  not committed removed before any answer goes (holdSuccessReplies)
 // docs/development.md has the folders, what each owns and may import.
