@@ -6,16 +6,15 @@ import type { Algorithm } from '../fields/algorithms.js'
 import type { FileDigests } from './file-digests.js'
 import type { Settings } from '../options/settings.js'
 import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from '../symbols.js'
-import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
+import { canTrail, digestsOfPayload } from './payload-digests.js'
 import { chosen, preferencesOf } from '../fields/preferences.js'
 import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf, type FileReply } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { findDigestFields, placeDigestFields, withdrawDigestFields, type SentReply } from './sent-fields.js'
+import { findDigestFields, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
-interface Unencoded { readonly algorithm: Algorithm, readonly digests: Digests }
 
 type DigestReply = FileReply & SentReply & {
   [kSuppliedDigests]?: SuppliedDigests | null
@@ -53,7 +52,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     }
     const value = supplied?.[algorithm.key]
     if (value !== undefined) {
-      reply[kUnencodedDigest] = { algorithm, digests: { now: new Map([[algorithm, value]]) } }
+      reply[kUnencodedDigest] = { algorithm, digests: { now: new Map([[algorithm, value]]) }, handedOn: payload, codings }
       done(null, payload)
       return
     }
@@ -66,8 +65,9 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     // A signature needs its digest first; a HEAD, which no browser checks, is not worth a hash.
     const mustHash = settings.signer !== null && request.method !== 'HEAD'
     digestsOfPayload(source, codings, [algorithm], target, files, mustHash, canTrail(request)).then((digests) => {
-      reply[kUnencodedDigest] = { algorithm, digests }
-      continueSend(done, digests !== null && 'payload' in digests ? digests.payload : payload)
+      const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
+      reply[kUnencodedDigest] = { algorithm, digests, handedOn, codings }
+      continueSend(done, handedOn)
     }, () => { continueSend(done, payload) })
   }
 }
@@ -100,10 +100,10 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     const wantReprField = request.headers['want-repr-digest']
     const wantUnencodedField = request.headers['want-unencoded-digest']
     const served = reply[kServedFile]
-    const unencoded = reply[kUnencodedDigest] ?? null
+    const found = reply[kUnencodedDigest] ?? null
     const upload = uploadReprDigests(request, reply.statusCode, payload)
     if (wantContentField === undefined && wantReprField === undefined && wantUnencodedField === undefined &&
-      !unsolicitedContent && !unsolicitedRepr && served == null && unencoded === null && upload === null) {
+      !unsolicitedContent && !unsolicitedRepr && served == null && found === null && upload === null) {
       continueSend(done, payload)
       return
     }
@@ -121,6 +121,12 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     // A content coding added after the handler (@fastify/compress) changes the representation
     // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
     const codings = codingsOfReply(reply)
+    // A route hook between the first and this one may have changed the content: without a coding
+    // added, its Unencoded-Digest is found again over what reaches this hook; with a coding the
+    // plugin cannot remove (aes128gcm), none is sent (draft-ietf-httpbis-unencoded-digest section 3).
+    const unencoded = codings === null ? null : found
+    const unencodedAgain = unencoded !== null && unencoded.handedOn !== payload && covers.repr === 'payload' &&
+      (codings as string[]).length === unencoded.codings.length
     const supplied = upload?.digests ?? (codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const fields = new Set([...settings.responseDigests, ...(served?.fields ?? [])])
@@ -137,7 +143,7 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
       ? representationAlgorithm(settings, wantRepr, fields.has('repr-digest'), isSupplied)
       : wantRepr === null ? null : chosen(settings.algorithms, wantRepr, isSupplied)
     const reprSupplied = reprAlgorithm === null ? undefined : supplied?.[reprAlgorithm.key]
-    const plan = { contentAlgorithm, reprAlgorithm, reprSupplied, unencoded, varies, covers, files, settings }
+    const plan = { contentAlgorithm, reprAlgorithm, reprSupplied, unencoded, unencodedAgain, varies, covers, files, settings }
     // Placed in the turn that hands the reply on, which Fastify then writes (this hook is the last).
     findDigestFields(request, reply, payload, plan).then((placement) => {
       placeDigestFields(reply, placement)

@@ -19,6 +19,17 @@ export interface SentDigests { readonly headers: string[], readonly trailers: st
 
 export type SentReply = FastifyReply & { [kSentDigests]?: SentDigests | null }
 
+/**
+ * An Unencoded-Digest found by the route's first hook, before a coding is added: of the payload it
+ * handed on, which had `codings`.
+ */
+export interface Unencoded {
+  readonly algorithm: Algorithm
+  readonly digests: Digests
+  readonly handedOn: unknown
+  readonly codings: readonly string[]
+}
+
 /** What a response sends, found before any of it is placed. */
 export interface Sending {
   readonly contentAlgorithm: Algorithm | null
@@ -26,7 +37,9 @@ export interface Sending {
   /** The application's digest of the representation, with `reprAlgorithm`, sent as it is. */
   readonly reprSupplied: Buffer | undefined
   /** The Unencoded-Digest found before a content coding was added, when one is sent. */
-  readonly unencoded: { readonly algorithm: Algorithm, readonly digests: Digests } | null
+  readonly unencoded: Unencoded | null
+  /** Whether it is found again over this payload, which a hook between changed without coding it. */
+  readonly unencodedAgain: boolean
   /** The preference fields the response varies on. */
   readonly varies: readonly string[]
   readonly covers: Coverage
@@ -49,10 +62,18 @@ export interface Placement {
  */
 export async function findDigestFields (request: FastifyRequest, reply: FileReply, payload: unknown, plan: Sending):
 Promise<Placement> {
-  const { contentAlgorithm, reprSupplied, covers, files, settings, unencoded } = plan
+  const { contentAlgorithm, reprSupplied, covers, files, settings } = plan
   const reprAlgorithm = reprSupplied === undefined ? plan.reprAlgorithm : null
   const file = fileOf(reply, payload)
-  const content = reply.statusCode === 204 ? '' : payload ?? ''
+  const contentOf = (sent: unknown): unknown => reply.statusCode === 204 ? '' : sent ?? ''
+  let sending = payload
+  let unencoded = plan.unencoded
+  if (unencoded !== null && plan.unencodedAgain) {
+    const digests = await digestsOfPayload(contentOf(payload), unencoded.codings, [unencoded.algorithm], file, files,
+      settings.signer !== null && request.method !== 'HEAD', canTrail(request))
+    if (digests !== null && 'payload' in digests) sending = digests.payload
+    unencoded = { ...unencoded, digests }
+  }
   const sent: Array<[SentField, Algorithm]> = []
   // The content sent, and the representation when the content is all of it, are the same bytes.
   if (contentAlgorithm !== null) sent.push(['content-digest', contentAlgorithm])
@@ -77,9 +98,8 @@ Promise<Placement> {
     const supplied = plan.reprAlgorithm as Algorithm
     add({ now: new Map([[supplied, reprSupplied]]) }, [['repr-digest', supplied]])
   }
-  let sending = payload
   if (sent.length > 0) {
-    const digests = await digestsOfPayload(content, [], distinct(sent.map(([, algorithm]) => algorithm)), file,
+    const digests = await digestsOfPayload(contentOf(sending), [], distinct(sent.map(([, algorithm]) => algorithm)), file,
       files, false, canTrail(request))
     if (digests !== null && 'payload' in digests) sending = digests.payload
     add(digests, sent)
