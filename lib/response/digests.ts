@@ -12,7 +12,7 @@ import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf, type FileReply } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { findDigestFields, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
+import { codingsToFindAgain, findDigestFields, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 
@@ -52,7 +52,8 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     }
     const value = supplied?.[algorithm.key]
     if (value !== undefined) {
-      reply[kUnencodedDigest] = { algorithm, digests: { now: new Map([[algorithm, value]]) }, handedOn: payload, codings }
+      const digests = { now: new Map([[algorithm, value]]) }
+      reply[kUnencodedDigest] = { algorithm, digests, handedOn: payload, codings, status: reply.statusCode }
       done(null, payload)
       return
     }
@@ -66,7 +67,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const mustHash = settings.signer !== null && request.method !== 'HEAD'
     digestsOfPayload(source, codings, [algorithm], target, files, mustHash, canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
-      reply[kUnencodedDigest] = { algorithm, digests, handedOn, codings }
+      reply[kUnencodedDigest] = { algorithm, digests, handedOn, codings, status: reply.statusCode }
       continueSend(done, handedOn)
     }, () => { continueSend(done, payload) })
   }
@@ -121,12 +122,13 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     // A content coding added after the handler (@fastify/compress) changes the representation
     // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
     const codings = codingsOfReply(reply)
-    // A route hook between the first and this one may have changed the content: without a coding
-    // added, its Unencoded-Digest is found again over what reaches this hook; with a coding the
-    // plugin cannot remove (aes128gcm), none is sent (draft-ietf-httpbis-unencoded-digest section 3).
+    // A route hook between the first and this one may have changed the content: its Unencoded-Digest
+    // is then found again over what reaches this hook; after a coding the plugin cannot remove
+    // (aes128gcm), none is sent (draft-ietf-httpbis-unencoded-digest section 3).
     const unencoded = codings === null ? null : found
-    const unencodedAgain = unencoded !== null && unencoded.handedOn !== payload && covers.repr === 'payload' &&
-      (codings as string[]).length === unencoded.codings.length
+    const unencodedAgain = unencoded === null || covers.repr !== 'payload'
+      ? null
+      : codingsToFindAgain(unencoded, reply.statusCode, payload, codings as string[])
     const supplied = upload?.digests ?? (codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const fields = new Set([...settings.responseDigests, ...(served?.fields ?? [])])

@@ -21,13 +21,29 @@ export type SentReply = FastifyReply & { [kSentDigests]?: SentDigests | null }
 
 /**
  * An Unencoded-Digest found by the route's first hook, before a coding is added: of the payload it
- * handed on, which had `codings`.
+ * handed on, which had `codings`, with `status`.
  */
 export interface Unencoded {
   readonly algorithm: Algorithm
   readonly digests: Digests
   readonly handedOn: unknown
   readonly codings: readonly string[]
+  readonly status: number
+}
+
+/**
+ * The codings to remove from the payload that reaches the last hook to find its Unencoded-Digest
+ * again, or null when what the first hook found still holds: nothing between changed the
+ * payload, its status or its codings, or a hook only added a coding as a stream (@fastify/compress),
+ * which is not decoded before it is sent (docs/responses.md says what that leaves out).
+ */
+export function codingsToFindAgain (found: Unencoded, status: number, payload: unknown, codings: readonly string[]):
+readonly string[] | null {
+  const kept = found.codings.every((coding, i) => codings[i] === coding)
+  const added = codings.length > found.codings.length
+  const codedStream = payload !== found.handedOn && typeof (payload as { pipe?: unknown } | null)?.pipe === 'function'
+  if (status === found.status && kept && (added ? codedStream : payload === found.handedOn)) return null
+  return codings
 }
 
 /** What a response sends, found before any of it is placed. */
@@ -38,8 +54,8 @@ export interface Sending {
   readonly reprSupplied: Buffer | undefined
   /** The Unencoded-Digest found before a content coding was added, when one is sent. */
   readonly unencoded: Unencoded | null
-  /** Whether it is found again over this payload, which a hook between changed without coding it. */
-  readonly unencodedAgain: boolean
+  /** The codings to remove to find it again over this payload (codingsToFindAgain), or null. */
+  readonly unencodedAgain: readonly string[] | null
   /** The preference fields the response varies on. */
   readonly varies: readonly string[]
   readonly covers: Coverage
@@ -68,8 +84,8 @@ Promise<Placement> {
   const contentOf = (sent: unknown): unknown => reply.statusCode === 204 ? '' : sent ?? ''
   let sending = payload
   let unencoded = plan.unencoded
-  if (unencoded !== null && plan.unencodedAgain) {
-    const digests = await digestsOfPayload(contentOf(payload), unencoded.codings, [unencoded.algorithm], file, files,
+  if (unencoded !== null && plan.unencodedAgain !== null) {
+    const digests = await digestsOfPayload(contentOf(payload), plan.unencodedAgain, [unencoded.algorithm], file, files,
       settings.signer !== null && request.method !== 'HEAD', canTrail(request))
     if (digests !== null && 'payload' in digests) sending = digests.payload
     unencoded = { ...unencoded, digests }

@@ -3,9 +3,12 @@
 // route runs after it. One that changed the content without coding it (text appended, a stream
 // returned in place of the payload) left the field, signed too, describing bytes never sent. The
 // last hook now finds it again over what reaches it; after a coding the plugin cannot remove
-// (aes128gcm, whose digest would disclose the plaintext) it sends none.
+// (aes128gcm, whose digest would disclose the plaintext) it sends none. A third attack found the
+// same of route hooks that code the content themselves, label it coded, take a coding off, or make
+// the response a 204: each is found again over what reaches the last hook.
 import { createHash, generateKeyPairSync, verify } from 'node:crypto'
 import { Readable } from 'node:stream'
+import { gunzipSync, gzipSync } from 'node:zlib'
 import t from 'tap'
 import Fastify from 'fastify'
 import { request } from 'undici'
@@ -25,6 +28,16 @@ async function origin (t: Tap): Promise<string> {
     config: { digest: { integritySignatures: { privateKey } } },
     onSend: async (_request, _reply, payload) => `${String(payload)}!`
   }, async () => 'the handler\'s')
+  app.get('/changed-and-gzipped', {
+    onSend: [async (_request, _reply, payload) => `${String(payload)}, changed`, async (_request, reply, payload) => {
+      reply.header('content-encoding', 'gzip')
+      return gzipSync(String(payload))
+    }]
+  }, async () => 'the handler\'s')
+  app.get('/labelled-gzip', { onSend: async (_request, reply, payload) => { reply.header('content-encoding', 'gzip'); return payload } }, async () => 'not gzip')
+  app.get('/coding-taken-off', { onSend: async (_request, reply, payload) => { reply.removeHeader('content-encoding'); return payload } },
+    async (_request, reply) => reply.header('content-encoding', 'gzip').send(gzipSync('the handler\'s')))
+  app.get('/made-204', { onSend: async (_request, reply, payload) => { reply.code(204); return payload } }, async () => 'dropped')
   app.get('/encrypted', {
     onSend: async (_request, reply, payload) => {
       reply.header('content-encoding', 'aes128gcm')
@@ -61,4 +74,24 @@ t.test('a route hook that adds a coding the plugin cannot remove: no Unencoded-D
   await response.body.arrayBuffer()
   t.equal(response.headers['content-encoding'], 'aes128gcm')
   t.notOk('unencoded-digest' in response.headers, 'a digest of the plaintext would disclose it')
+})
+
+t.test('a route hook that codes, labels, takes a coding off or drops the content: found again over what is sent', async (t) => {
+  const base = await origin(t)
+  const changed = await request(base + '/changed-and-gzipped')
+  const coded = Buffer.from(await changed.body.arrayBuffer())
+  t.equal(changed.headers['content-encoding'], 'gzip')
+  t.equal(gunzipSync(coded).toString(), 'the handler\'s, changed')
+  t.equal(changed.headers['unencoded-digest'], sha256(gunzipSync(coded)), 'of the content decoded here')
+  const labelled = await request(base + '/labelled-gzip')
+  await labelled.body.arrayBuffer()
+  t.notOk('unencoded-digest' in labelled.headers, 'content that does not decode gets none')
+  const takenOff = await request(base + '/coding-taken-off')
+  const sent = Buffer.from(await takenOff.body.arrayBuffer())
+  t.notOk('content-encoding' in takenOff.headers)
+  t.equal(takenOff.headers['unencoded-digest'], sha256(sent), 'of the bytes as sent, uncoded')
+  const made204 = await request(base + '/made-204')
+  t.equal(made204.statusCode, 204)
+  await made204.body.arrayBuffer()
+  t.equal(made204.headers['unencoded-digest'], sha256(Buffer.alloc(0)), 'of empty content')
 })
