@@ -50,11 +50,18 @@ async function origin (t: Tap): Promise<string> {
 
 t.test('a route hook that changes the content: Unencoded-Digest of the bytes received (node:crypto)', async (t) => {
   const base = await origin(t)
-  for (const [path, section] of [['/appended', 'headers'], ['/replaced', 'trailers'], ['/unchanged', 'headers'], ['/signed', 'headers']] as const) {
+  for (const path of ['/appended', '/unchanged', '/signed']) {
     const response = await request(base + path)
     const body = Buffer.from(await response.body.arrayBuffer())
-    t.equal(response[section]['unencoded-digest'], sha256(body), `${path}: ${body.toString()}`)
+    t.equal(response.headers['unencoded-digest'], sha256(body), `${path}: ${body.toString()}`)
   }
+})
+
+t.test('a route hook that returns a stream in place of the payload: Unencoded-Digest of its bytes in the trailer section', async (t) => {
+  const response = await request(await origin(t) + '/replaced')
+  const body = Buffer.from(await response.body.arrayBuffer())
+  t.equal(body.toString(), 'a stream in its place')
+  t.equal(response.trailers['unencoded-digest'], sha256(body))
 })
 
 t.test('a signature over the Unencoded-Digest sent verifies with the public key', async (t) => {
