@@ -8,13 +8,14 @@
  * compare with the bytes received (a content coding is part of the representation, RFC 9530
  * section 3); every other request, valid or not, goes their way.
  */
-import { timingSafeEqual, type Hash } from 'node:crypto'
+import { timingSafeEqual } from 'node:crypto'
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { canonicalBytes } from '../fields/dictionary.js'
 import { HeldContent } from '../fields/held-content.js'
 import type { Settings } from '../options/settings.js'
 import { answerUnheard } from '../problems/answer.js'
 import { problemFor } from '../problems/problems.js'
+import { ContentHashes } from './content-hashes.js'
 import { closeDelimiter } from './framing.js'
 import type { Expectation } from './judge-fields.js'
 import { PendingContent } from './pending-content.js'
@@ -52,7 +53,6 @@ export function commonCase (request: FastifyRequest, settings: Settings): Expect
 /**
  * The SourceVerifier of the common case: each chunk hashed before any reader has it, the last
  * kilobyte and the end held back until the one value compares equal, the stream failed otherwise.
- * A first chunk that is the whole content is hashed in one call at its end, as ContentHashes does.
  */
 export class CommonCaseVerifier extends PendingContent {
   readonly covered = true
@@ -62,9 +62,7 @@ export class CommonCaseVerifier extends PendingContent {
   readonly #expected: Expectation
   readonly #push: (chunk: Buffer | null) => boolean
   readonly #held = new HeldContent(null)
-  // The first chunk, until a second arrives or the end: `nothing` before any.
-  #only: Buffer = nothing
-  #hash: Hash | null = null
+  readonly #hashes: ContentHashes
 
   constructor (request: FastifyRequest, reply: FastifyReply, settings: Settings, expected: Expectation) {
     super(request.raw as unknown as Source)
@@ -72,6 +70,7 @@ export class CommonCaseVerifier extends PendingContent {
     this.#reply = reply
     this.#settings = settings
     this.#expected = expected
+    this.#hashes = new ContentHashes([expected.algorithm], null, null)
     this.#push = request.raw.push
     takeOverPush(this.source, this)
   }
@@ -93,21 +92,14 @@ export class CommonCaseVerifier extends PendingContent {
     // light-my-request pushes a string payload as it was given.
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
     this.arrived()
-    if (this.#hash !== null) {
-      this.#hash.update(bytes)
-    } else if (this.#only === nothing) {
-      this.#only = bytes
-    } else {
-      this.#hash = this.#expected.algorithm.createHash().update(this.#only).update(bytes)
-      this.#only = nothing
-    }
+    this.#hashes.add(bytes)
     return this.#held.take(bytes, this.#push, this.source) ?? this.#push.call(this.source, nothing)
   }
 
   #conclude (): void {
     this.detach()
     const { field, header, algorithm, value } = this.#expected
-    const digest = this.#hash?.digest() ?? algorithm.digest(this.#only)
+    const digest = this.#hashes.digests().get(algorithm) as Buffer
     // Equal lengths are checked by commonCase(); timingSafeEqual reads every byte (verdict.ts).
     if (timingSafeEqual(digest, value)) {
       verifiedAs(this.#request, { fields: [field], values: { [algorithm.key]: digest }, unencoded: {} })

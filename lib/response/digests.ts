@@ -12,7 +12,7 @@ import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf, type FileReply } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { codingsToFindAgain, findDigestFields, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
+import { codingsToFindAgain, findDigestFields, mustHashToSign, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
 
@@ -63,9 +63,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const whole = covers.repr === 'payload'
     const source = whole ? content : null
     const target = whole || file === null ? file : { path: file.path }
-    // A signature needs its digest first; a HEAD, which no browser checks, is not worth a hash.
-    const mustHash = settings.signer !== null && request.method !== 'HEAD'
-    digestsOfPayload(source, codings, [algorithm], target, files, mustHash, canTrail(request)).then((digests) => {
+    digestsOfPayload(source, codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
       reply[kUnencodedDigest] = { algorithm, digests, handedOn, codings, status: reply.statusCode }
       continueSend(done, handedOn)

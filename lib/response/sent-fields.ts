@@ -46,6 +46,11 @@ readonly string[] | null {
   return codings
 }
 
+/** A signature needs its Unencoded-Digest first; a HEAD, which no browser checks, is not worth a hash. */
+export function mustHashToSign (request: FastifyRequest, settings: Settings): boolean {
+  return settings.signer !== null && request.method !== 'HEAD'
+}
+
 /** What a response sends, found before any of it is placed. */
 export interface Sending {
   readonly contentAlgorithm: Algorithm | null
@@ -86,7 +91,7 @@ Promise<Placement> {
   let unencoded = plan.unencoded
   if (unencoded !== null && plan.unencodedAgain !== null) {
     const digests = await digestsOfPayload(contentOf(payload), plan.unencodedAgain, [unencoded.algorithm], file, files,
-      settings.signer !== null && request.method !== 'HEAD', canTrail(request))
+      mustHashToSign(request, settings), canTrail(request))
     if (digests !== null && 'payload' in digests) sending = digests.payload
     unencoded = { ...unencoded, digests }
   }
@@ -94,15 +99,16 @@ Promise<Placement> {
   // The content sent, and the representation when the content is all of it, are the same bytes.
   if (contentAlgorithm !== null) sent.push(['content-digest', contentAlgorithm])
   if (reprAlgorithm !== null && covers.repr === 'payload') sent.push(['repr-digest', reprAlgorithm])
-  const placement: Placement = { payload, varies: plan.varies, headers: [], trailers: [] }
+  const headers: Placement['headers'] = []
+  const trailers: Placement['trailers'] = []
   const add = (digests: Digests, fields: ReadonlyArray<[SentField | 'unencoded-digest', Algorithm]>): void => {
     if (digests === null) return
     for (const [name, algorithm] of fields) {
       if ('now' in digests) {
-        placement.headers.push([name, field(algorithm, digests.now.get(algorithm) as Buffer)])
+        headers.push([name, field(algorithm, digests.now.get(algorithm) as Buffer)])
         continue
       }
-      placement.trailers.push([name, (_reply, _payload, callback) => {
+      trailers.push([name, (_reply, _payload, callback) => {
         const values = digests.later()
         // Content that did not decode has no digest: Fastify leaves out a trailer that failed.
         if (values === null) callback(new Error(`${name}: the content did not decode`), '')
@@ -133,10 +139,10 @@ Promise<Placement> {
     const { algorithm, digests } = unencoded
     if (settings.signer !== null && digests !== null && 'now' in digests && !algorithm.deprecated) {
       const signature = settings.signer.signatureOf(field(algorithm, digests.now.get(algorithm) as Buffer))
-      placement.headers.push(['signature-input', signature['signature-input']], ['signature', signature.signature])
+      headers.push(['signature-input', signature['signature-input']], ['signature', signature.signature])
     }
   }
-  return { ...placement, payload: sending }
+  return { payload: sending, varies: plan.varies, headers, trailers }
 }
 
 /** Places the fields found on the reply, which Fastify writes in the same turn. */
