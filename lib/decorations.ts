@@ -6,7 +6,8 @@ import { digestVerdict, VerifiedFiles } from './uploads/commit.js'
 import { invalidOption, unverifiedRoute } from './errors.js'
 import type { SuppliedDigests } from './response/digests.js'
 import {
-  kFilePayload,
+  kFirstPayload,
+  kResponseSend,
   kPendingContent,
   kRouteSettings,
   kSentDigests,
@@ -40,7 +41,8 @@ export function decorate (fastify: FastifyInstance): void {
   fastify.decorateReply(kSuppliedDigests, null)
   fastify.decorateReply(kServedFile, null)
   fastify.decorateReply(kUnencodedDigest, null)
-  fastify.decorateReply(kFilePayload, null)
+  fastify.decorateReply(kFirstPayload, null)
+  fastify.decorateReply(kResponseSend, null)
   fastify.decorateReply(kSentDigests, null)
   fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
     // Any Uint8Array of the digest's length: what crypto and Web Crypto give alike.

@@ -14,11 +14,12 @@
 //   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the
 //                  problem; every such wait bounded by the route's stallTimeout (request/content-wait.ts)
 //   problems       rendered from findings (problems/problems.ts), sent by problems/answer.ts
-//   responses      Unencoded-Digest found as the route's first onSend, before a coding is added; Want-*
-//                  answered, digests found and signed as its last, placed in the turn Fastify writes
-//                  the reply (response/digests.ts, sent-fields.ts, fields.ts, coverage.ts, payload-
-//                  digests.ts, continue-send.ts); files' digests kept by version (response/file-
-//                  digests.ts), signatures made (options/integrity-signatures.ts)
+//   responses      the route's first onSend and its last around its own, one send of a reply at a
+//                  time (response/route-hooks.ts): Unencoded-Digest found in the first, before a
+//                  coding is added; Want-* answered, digests found and signed in the last, placed in
+//                  the turn Fastify writes the reply (response/digests.ts, sent-fields.ts, fields.ts,
+//                  coverage.ts, payload-digests.ts, continue-send.ts); files' digests kept by version
+//                  (response/file-digests.ts), signatures made (options/integrity-signatures.ts)
 //   commits        request.verifiedFiles() and digestVerdict() (uploads/commit.ts); files saved and
 //                  not committed removed before any answer goes (holdSuccessReplies)
 // docs/development.md has the folders, what each owns and may import.
@@ -28,14 +29,13 @@ import type {
   FastifyPluginAsync,
   FastifyReply,
   FastifyRequest,
-  onSendHookHandler,
   RouteOptions
 } from 'fastify'
 import fp from 'fastify-plugin'
 import type { Readable } from 'node:stream'
 import type { FastifyDigestFieldsOptions } from './types.js'
 import { decorate } from './decorations.js'
-import { kPendingContent, kRouteSettings, kSendDigests } from './symbols.js'
+import { kPendingContent, kRouteSettings } from './symbols.js'
 import { declaredBeforeRegistration } from './warnings.js'
 import { fileDigestLimits, pluginSettings, routeSettings, type Settings } from './options/settings.js'
 import { answerWith } from './problems/answer.js'
@@ -48,8 +48,8 @@ import type { PendingContent } from './request/pending-content.js'
 import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
 import { verifyRequest, type RequestHook } from './request/verification.js'
 import { continueSend, type SendDone } from './response/continue-send.js'
-import { findUnencodedDigest, inSequence, responseDigests } from './response/digests.js'
 import { FileDigests } from './response/file-digests.js'
+import { addResponseHooks } from './response/route-hooks.js'
 import { discardUncommitted } from './uploads/commit.js'
 import { isUploadRequest, startUpload } from './uploads/resumable.js'
 
@@ -143,27 +143,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     if (settings === null) return
     anyRequired ||= settings.required
     anyResumable ||= settings.resumable !== null
-    // After every onRoute hook has added its own (a microtask runs once the route's onRoute hooks
-    // have), so that the digests cover the bytes sent, after @fastify/compress whichever plugin was
-    // registered first (RFC 9530 section 2); on Fastify's own HEAD route, just before the hook that
-    // drops the GET payload, which is the representation a GET would send. Unencoded-Digest is
-    // found first, before any route hook adds a coding.
-    // Two hooks a route, with the settings of the last registration to see it (a child scope's).
-    const scheduled = route as RouteOptions & { [kSendDigests]?: [onSendHookHandler, onSendHookHandler] }
-    const first = scheduled[kSendDigests] === undefined
-    scheduled[kSendDigests] = [findUnencodedDigest(settings, files), responseDigests(settings, files)]
-    if (first) {
-      queueMicrotask(() => {
-        const onSend = route.onSend === undefined ? [] : [route.onSend].flat()
-        const [before, after] = scheduled[kSendDigests] as [onSendHookHandler, onSendHookHandler]
-        const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
-        const at = head === -1 ? onSend.length : head
-        // With none of the route's own hooks between them, the two run as one: a hook less a response.
-        if (at === 0) route.onSend = [inSequence(before, after), ...onSend]
-        else route.onSend = [before, ...onSend.slice(0, at), after, ...onSend.slice(at)]
-      })
-    }
-
+    // Unencoded-Digest found first, before a route hook adds a coding; the other digests last.
+    addResponseHooks(route, settings, files)
     // A route-level error handler answers the plugin's problems and hands every other error on.
     answerProblems(route)
   })

@@ -6,7 +6,7 @@ export const kRouteSettings = Symbol('fastify-digest-fields.route-settings')
 export const kPendingContent = Symbol('fastify-digest-fields.pending-content')
 /** Marks the route error handler that answers the plugin's problems, so it wraps once. */
 export const kAnswersProblems = Symbol('fastify-digest-fields.answers-problems')
-/** A route's two response-digest onSend hooks, replaced by a child scope's registration. */
+/** On a route: the settings its two response-digest onSend hooks are made with, replaced by a child scope's registration. */
 export const kSendDigests = Symbol('fastify-digest-fields.send-digests')
 /** On a reply: the representation digests the application supplied (`reply.reprDigest()`). */
 export const kSuppliedDigests = Symbol('fastify-digest-fields.supplied-digests')
@@ -18,8 +18,10 @@ export const kTrailerWatch = Symbol('fastify-digest-fields.trailer-watch')
 export const kServedFile = Symbol('fastify-digest-fields.served-file')
 /** On a reply: its Unencoded-Digest, found before a content coding was added (response-digests.ts). */
 export const kUnencodedDigest = Symbol('fastify-digest-fields.unencoded-digest')
-/** On a reply: the payload as the route's first onSend hook saw it, when it serves a file. */
-export const kFilePayload = Symbol('fastify-digest-fields.file-payload')
+/** On a reply: the payload as the route's first onSend hook saw it. */
+export const kFirstPayload = Symbol('fastify-digest-fields.first-payload')
+/** On a reply: the send the route's response hooks are on (Fastify's callback for its onSend hooks). */
+export const kResponseSend = Symbol('fastify-digest-fields.response-send')
 /** On a request: the files saved with request.verifiedFiles(), removed unless committed. */
 export const kVerifiedFiles = Symbol('fastify-digest-fields.verified-files')
 /** On a reply: the digest fields its last pass through the response hook placed. */

@@ -8,6 +8,12 @@ export function declaredBeforeRegistration (method: string, url: string | undefi
     'Declare routes after `await fastify.register(fastifyDigestFields)`.'
 }
 
+/** A reply sent again while its first send was on its way: the later send is dropped. */
+export function sentTwice (method: string, url: string): string {
+  return `fastify-digest-fields: ${method} ${url} sent its reply twice (an async handler or hook that called reply.send() ` +
+    'and did not return the reply?): the first send is sent, the later one dropped'
+}
+
 /** A file saved with request.verifiedFiles() and not committed that could not be removed. */
 export function uncommittedFileKept (error: unknown): string {
   return `fastify-digest-fields: a file saved and not committed could not be removed: ${(error as Error).message}`

@@ -1,6 +1,6 @@
 /** The route error handler that answers the plugin's problems and hands every other error on to the application's. */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
-import { kAnswersProblems } from '../symbols.js'
+import { kAnswersProblems, kResponseSend } from '../symbols.js'
 import { sendProblem } from './answer.js'
 import { DigestProblem } from './problems.js'
 
@@ -24,6 +24,8 @@ export function answerProblems (route: RouteOptions): void {
   const routeErrorHandler = route.errorHandler
   if ((routeErrorHandler as { [kAnswersProblems]?: true } | undefined)?.[kAnswersProblems] === true) return
   const digestErrorHandler: Handler = function (error, request, reply) {
+    // The answer to an error is a send of its own: the one that failed, if any, is not on its way.
+    ;(reply as FastifyReply & { [kResponseSend]?: unknown })[kResponseSend] = null
     if (error instanceof DigestProblem) {
       // Fastify closes the connection on a parser's error, as the client may still be sending; a
       // verdict comes once the content is complete, so the connection stays as it would for

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ReadStream } from 'node:fs'
 import type { ResponseDigestField } from '../types.js'
 import type { FileRef } from './file-digests.js'
-import { kFilePayload, kServedFile } from '../symbols.js'
+import { kFirstPayload, kServedFile } from '../symbols.js'
 import { contentCodings } from '../fields/unencoded.js'
 
 /** The file a reply serves, as staticFileDigests() marks it, with the fields it sends unasked. */
@@ -12,7 +12,7 @@ export interface ServedFile {
   readonly fields: readonly ResponseDigestField[]
 }
 
-export type FileReply = FastifyReply & { [kServedFile]?: ServedFile | null, [kFilePayload]?: unknown }
+export type FileReply = FastifyReply & { [kServedFile]?: ServedFile | null, [kFirstPayload]?: unknown }
 
 export interface Coverage { content: boolean, repr: 'payload' | 'supplied' | 'none' }
 
@@ -46,7 +46,7 @@ export function codingsOfReply (reply: FastifyReply): string[] | null {
  * answer that sends none, the file staticFileDigests() marked.
  */
 export function fileOf (reply: FileReply, payload: unknown): FileRef | null {
-  if (reply[kFilePayload] !== payload) return null
+  if (reply[kFirstPayload] !== payload) return null
   // A stream sends the file's bytes only as it has not yet read, buffered or decoded any of them.
   if (payload instanceof ReadStream && typeof payload.path === 'string' && payload.readableEncoding === null &&
     !payload.readableDidRead && payload.readableLength === 0) return { path: payload.path, stream: payload }

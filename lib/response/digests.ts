@@ -1,17 +1,17 @@
 /** Digests on responses: Want-* fields answered and unasked digests sent, in the header section where known first. */
 import type { onSendHookHandler } from 'fastify'
-import { ReadStream } from 'node:fs'
 import type { DigestAlgorithm } from '../types.js'
 import type { Algorithm } from '../fields/algorithms.js'
 import type { FileDigests } from './file-digests.js'
 import type { Settings } from '../options/settings.js'
-import { kFilePayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from '../symbols.js'
+import { kFirstPayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from '../symbols.js'
 import { canTrail, digestsOfPayload } from './payload-digests.js'
 import { chosen, preferencesOf } from '../fields/preferences.js'
 import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf, type FileReply } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
+import { dropLaterSend, isFirstSend } from './one-send.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
@@ -29,10 +29,14 @@ type DigestReply = FileReply & SentReply & {
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
   const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
   return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
+    if (!isFirstSend(reply, done)) {
+      dropLaterSend(request, payload)
+      return
+    }
     // Hooks run again for the answer to an error: what an earlier payload found is not its.
     reply[kUnencodedDigest] = null
+    reply[kFirstPayload] = payload
     const served = reply[kServedFile]
-    if (payload instanceof ReadStream || served != null) reply[kFilePayload] = payload
     const wantField = request.headers['want-unencoded-digest']
     const unasked = unaskedOnRoute || served?.fields.includes('unencoded-digest') === true
     // Most responses are done with here, after three lookups.
@@ -72,23 +76,13 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
 }
 
 /**
- * Two onSend hooks that never fail, as one. The second, run by the first on a later turn, hands
- * every send on with continueSend: nothing the rest of the send throws comes back to the first.
- */
-export function inSequence (first: onSendHookHandler, second: onSendHookHandler): onSendHookHandler {
-  return function findAndSendDigests (request, reply, payload, done) {
-    first.call(this, request, reply, payload, (_error?: unknown, found?: unknown) => { second.call(this, request, reply, found, done) })
-  }
-}
-
-/**
  * An onSend hook, the last of the route, that answers Want-Content-Digest and Want-Repr-Digest,
  * sends the route's unasked digests and the Unencoded-Digest found before coding, and signs it.
  * What is known before the content is sent goes in the header section, with Content-Length kept;
  * a stream is hashed as it is sent and its fields go in the trailer section (Fastify's
  * reply.trailer), never buffered.
  */
-export function responseDigests (settings: Settings, files: FileDigests): onSendHookHandler {
+export function responseDigests (settings: Settings, files: FileDigests, hooksBetween: boolean): onSendHookHandler {
   const unsolicitedContent = settings.responseDigests.includes('content-digest')
   const unsolicitedRepr = settings.responseDigests.includes('repr-digest')
   const preferred = settings.algorithms.values().next().value as Algorithm
@@ -120,14 +114,17 @@ export function responseDigests (settings: Settings, files: FileDigests): onSend
     // A content coding added after the handler (@fastify/compress) changes the representation
     // the application knew the digest of (RFC 9530 section 3): it is hashed instead.
     const codings = codingsOfReply(reply)
-    // A route hook between the first and this one may have changed the content: its Unencoded-Digest
-    // is then found again over what reaches this hook; after a coding the plugin cannot remove
-    // (aes128gcm), none is sent (draft-ietf-httpbis-unencoded-digest section 3).
+    // A route hook between the first and this one may have changed the content, a Buffer in place
+    // too: its Unencoded-Digest is then found again over what reaches this hook, and a supplied
+    // digest not sent; after a coding the plugin cannot remove (aes128gcm), none is sent
+    // (draft-ietf-httpbis-unencoded-digest section 3).
+    const untouched = (handedOn: unknown): boolean => !hooksBetween || (payload === handedOn && !Buffer.isBuffer(payload))
     const unencoded = codings === null ? null : found
     const unencodedAgain = unencoded === null || covers.repr !== 'payload'
       ? null
-      : codingsToFindAgain(unencoded, reply.statusCode, payload, codings as string[])
-    const supplied = upload?.digests ?? (codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null)
+      : codingsToFindAgain(unencoded, reply.statusCode, payload, codings as string[], untouched(unencoded.handedOn))
+    const supplied = upload?.digests ??
+      (codings?.length === 0 && untouched(reply[kFirstPayload]) ? reply[kSuppliedDigests] ?? null : null)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const fields = new Set([...settings.responseDigests, ...(served?.fields ?? [])])
     const wantContent = preferencesOf(wantContentField)

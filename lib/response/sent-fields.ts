@@ -33,16 +33,17 @@ export interface Unencoded {
 
 /**
  * The codings to remove from the payload that reaches the last hook to find its Unencoded-Digest
- * again, or null when what the first hook found still holds: nothing between changed the
- * payload, its status or its codings, or a hook only added a coding as a stream (@fastify/compress),
- * which is not decoded before it is sent (docs/responses.md says what that leaves out).
+ * again, or null when what the first hook found still holds: nothing between changed the payload
+ * (`untouched`), its status or its codings, or a hook only added a coding as a stream
+ * (@fastify/compress), which is not decoded before it is sent (docs/responses.md says what that
+ * leaves out).
  */
-export function codingsToFindAgain (found: Unencoded, status: number, payload: unknown, codings: readonly string[]):
-readonly string[] | null {
+export function codingsToFindAgain (found: Unencoded, status: number, payload: unknown, codings: readonly string[],
+  untouched: boolean): readonly string[] | null {
   const kept = found.codings.every((coding, i) => codings[i] === coding)
   const added = codings.length > found.codings.length
-  const codedStream = payload !== found.handedOn && typeof (payload as { pipe?: unknown } | null)?.pipe === 'function'
-  if (status === found.status && kept && (added ? codedStream : payload === found.handedOn)) return null
+  const codedStream = !untouched && typeof (payload as { pipe?: unknown } | null)?.pipe === 'function'
+  if (status === found.status && kept && (added ? codedStream : untouched)) return null
   return codings
 }
 

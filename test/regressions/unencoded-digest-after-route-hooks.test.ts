@@ -5,7 +5,9 @@
 // last hook now finds it again over what reaches it; after a coding the plugin cannot remove
 // (aes128gcm, whose digest would disclose the plaintext) it sends none. A third attack found the
 // same of route hooks that code the content themselves, label it coded, take a coding off, or make
-// the response a 204: each is found again over what reaches the last hook.
+// the response a 204: each is found again over what reaches the last hook. A fourth found a hook
+// that changes a Buffer in place (the same object handed on), and a Repr-Digest the application
+// supplied sent after a hook changed the content: both are now found again over what is sent.
 import { createHash, generateKeyPairSync, verify } from 'node:crypto'
 import { Readable } from 'node:stream'
 import { gunzipSync, gzipSync } from 'node:zlib'
@@ -23,6 +25,10 @@ async function origin (t: Tap): Promise<string> {
   await app.register(fastifyDigestFields, { responseDigests: ['unencoded-digest'] })
   app.get('/appended', { onSend: async (_request, _reply, payload) => `${String(payload)} and more` }, async () => 'the handler\'s')
   app.get('/replaced', { onSend: async () => Readable.from(['a stream in its place']) }, async () => 'the handler\'s')
+  app.get('/changed-in-place', { onSend: async (_request, _reply, payload) => { (payload as Buffer)[0] = 0x58; return payload } },
+    async () => Buffer.from('the handler\'s'))
+  app.get('/supplied-then-appended', { onSend: async (_request, _reply, payload) => `${String(payload)}!` },
+    async (_request, reply) => reply.reprDigest({ 'sha-256': createHash('sha256').update('the handler\'s').digest() }).send('the handler\'s'))
   app.get('/unchanged', { onSend: async (_request, reply, payload) => { reply.header('x-seen', '1'); return payload } }, async () => 'the handler\'s')
   app.get('/signed', {
     config: { digest: { integritySignatures: { privateKey } } },
@@ -50,10 +56,11 @@ async function origin (t: Tap): Promise<string> {
 
 t.test('a route hook that changes the content: Unencoded-Digest of the bytes received (node:crypto)', async (t) => {
   const base = await origin(t)
-  for (const path of ['/appended', '/unchanged', '/signed']) {
-    const response = await request(base + path)
+  for (const path of ['/appended', '/changed-in-place', '/supplied-then-appended', '/unchanged', '/signed']) {
+    const response = await request(base + path, { headers: { 'want-repr-digest': 'sha-256=1' } })
     const body = Buffer.from(await response.body.arrayBuffer())
     t.equal(response.headers['unencoded-digest'], sha256(body), `${path}: ${body.toString()}`)
+    t.equal(response.headers['repr-digest'], sha256(body), `${path}: Repr-Digest`)
   }
 })
 
