@@ -97,10 +97,16 @@ for (const [name, path, sent] of cases) {
     const response = await get(base, path)
     t.equal(response.status, 200)
     t.equal(checkDigests(t, response).toString(), sent)
-    t.ok(response.headers['content-digest'] ?? response.trailers['content-digest'], 'a Content-Digest was sent')
-    t.ok(response.headers['unencoded-digest'] ?? response.trailers['unencoded-digest'], 'an Unencoded-Digest was sent')
     t.ok(warnings.some((line) => line.includes('sent its reply twice')), 'the dropped send is logged')
     t.equal(checkDigests(t, await get(base, '/next')).toString(), 'next', 'the server still answers')
+  })
+
+  // Apart, since a stream's go in the trailer section, which Fastify 6.0.0-alpha.4 loses (.ci/fastify-6.json).
+  t.test(`${name}: a Content-Digest and an Unencoded-Digest are sent`, async (t) => {
+    const { base } = await serve(t)
+    const response = await get(base, path)
+    t.ok(response.headers['content-digest'] ?? response.trailers['content-digest'], 'a Content-Digest')
+    t.ok(response.headers['unencoded-digest'] ?? response.trailers['unencoded-digest'], 'an Unencoded-Digest')
   })
 }
 
