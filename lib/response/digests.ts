@@ -29,7 +29,7 @@ type DigestReply = FileReply & SentReply & {
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
   const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
   return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
-    if (!isFirstSend(reply, done)) {
+    if (reply.statusCode < 400 && !isFirstSend(reply, done)) {
       dropLaterSend(request, payload)
       return
     }
