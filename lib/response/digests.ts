@@ -11,7 +11,7 @@ import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf, type FileReply } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { dropLaterSend, isFirstSend } from './one-send.js'
+import { handOn } from './one-send.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
 
 export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
@@ -29,10 +29,6 @@ type DigestReply = FileReply & SentReply & {
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
   const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
   return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
-    if (reply.statusCode < 400 && !isFirstSend(reply, done)) {
-      dropLaterSend(request, payload)
-      return
-    }
     // Hooks run again for the answer to an error: what an earlier payload found is not its.
     reply[kUnencodedDigest] = null
     reply[kFirstPayload] = payload
@@ -97,13 +93,13 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     const upload = uploadReprDigests(request, reply.statusCode, payload)
     if (wantContentField === undefined && wantReprField === undefined && wantUnencodedField === undefined &&
       !unsolicitedContent && !unsolicitedRepr && served == null && found === null && upload === null) {
-      continueSend(done, payload)
+      handOn(reply, done, payload)
       return
     }
     const covers = coverage(request, reply.statusCode)
     // Problems and redirects carry no digest, and do not vary for one.
     if (!covers.content && covers.repr === 'none') {
-      continueSend(done, payload)
+      handOn(reply, done, payload)
       return
     }
     const varies = [
@@ -144,7 +140,7 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     // Placed in the turn that hands the reply on, which Fastify then writes (this hook is the last).
     findDigestFields(request, reply, payload, plan).then((placement) => {
       placeDigestFields(reply, placement)
-      continueSend(done, placement.payload)
-    }, () => { continueSend(done, payload) })
+      handOn(reply, done, placement.payload)
+    }, () => { handOn(reply, done, payload) })
   }
 }

@@ -3,6 +3,7 @@ import type { onSendHookHandler, RouteOptions } from 'fastify'
 import type { Settings } from '../options/settings.js'
 import { kSendDigests } from '../symbols.js'
 import { findUnencodedDigest, responseDigests } from './digests.js'
+import { dropLaterSend, endsSendOnFailure, isFirstSend } from './one-send.js'
 import type { FileDigests } from './file-digests.js'
 
 type ScheduledRoute = RouteOptions & { [kSendDigests]?: Settings }
@@ -26,9 +27,23 @@ export function addResponseHooks (route: ScheduledRoute, settings: Settings, fil
     const last = route[kSendDigests] as Settings
     const before = findUnencodedDigest(last, files)
     // With none of the route's own hooks between them, the two run as one: a hook less a response.
-    if (at === 0) route.onSend = [inSequence(before, responseDigests(last, files, false)), ...onSend]
-    else route.onSend = [before, ...onSend.slice(0, at), responseDigests(last, files, true), ...onSend.slice(at)]
+    if (at === 0) route.onSend = [oneSendAtATime(inSequence(before, responseDigests(last, files, false))), ...onSend]
+    else {
+      route.onSend = [oneSendAtATime(before), ...onSend.slice(0, at).map(endsSendOnFailure), responseDigests(last, files, true),
+        ...onSend.slice(at)]
+    }
   })
+}
+
+/** The route's first response hook, for the first send to reach it (one-send.ts); a later one is dropped. */
+function oneSendAtATime (hook: onSendHookHandler): onSendHookHandler {
+  return function firstResponseHook (request, reply, payload, done) {
+    if (reply.statusCode < 400 && !isFirstSend(reply, done)) {
+      dropLaterSend(request, payload)
+      return
+    }
+    hook.call(this, request, reply, payload, done)
+  }
 }
 
 /**

@@ -188,3 +188,50 @@ t.test('an error whose answer fails in turn is answered as Fastify alone answers
     t.equal(response.statusCode, path === '/mismatch' ? 400 : expected.statusCode, `${path}: answered (${body.slice(0, 60)})`)
   }
 })
+
+// Found by the attack on the fix above: an error handler's answer that failed in turn (a stream
+// that failed before its first byte, a route hook that failed it, in any of a hook's three ways)
+// passes the error to the parent scope's handler, whose answer below 400 the rule dropped as a
+// later send. A send is over once its handed-on stream or a route hook between failed it.
+async function nestedErrorHandlers (t: Tap, plugin: boolean): Promise<string> {
+  const app = Fastify()
+  if (plugin) await app.register(fastifyDigestFields)
+  const failing = (): Readable => new Readable({ read () { setImmediate(() => { this.destroy(new Error('the error page failed')) }) } })
+  const isPage = (payload: unknown): boolean => payload === 'child page'
+  await app.register(async (parent) => {
+    parent.setErrorHandler((_error, _request, reply) => { reply.code(302).header('location', '/elsewhere').send('parent') })
+    await parent.register(async (child) => {
+      child.setErrorHandler((_error, request, reply) => { reply.code(200).send(request.url === '/stream' ? failing() : 'child page') })
+      child.get('/stream', async () => { throw new Error('the handler failed') })
+      child.get('/callback', {
+        onSend: (_request, _reply, payload, done) => { if (isPage(payload)) done(new Error('x')); else done(null, payload) }
+      }, async () => { throw new Error('the handler failed') })
+      child.get('/sync-throw', {
+        onSend: (_request, _reply, payload, done) => {
+          if (isPage(payload)) throw new Error('x')
+          done(null, payload)
+        }
+      }, async () => { throw new Error('the handler failed') })
+      child.get('/async-reject', {
+        onSend: async (_request, _reply, payload) => {
+          if (isPage(payload)) throw new Error('x')
+          return payload
+        }
+      }, async () => { throw new Error('the handler failed') })
+    })
+  })
+  t.teardown(() => app.close())
+  return `http://127.0.0.1:${await listen(app)}`
+}
+
+t.test('an error page that fails in turn hands the error to the parent scope, whose answer below 400 goes', async (t) => {
+  const [bare, base] = [await nestedErrorHandlers(t, false), await nestedErrorHandlers(t, true)]
+  for (const path of ['/stream', '/callback', '/sync-throw', '/async-reject']) {
+    const expected = await request(bare + path, { headersTimeout: 5000 })
+    await expected.body.dump()
+    t.equal(expected.statusCode, 302, `${path}: Fastify alone`)
+    const response = await request(base + path, { headersTimeout: 5000, headers: wantAll })
+    t.equal(response.statusCode, 302, path)
+    t.equal(await response.body.text(), 'parent', path)
+  }
+})
