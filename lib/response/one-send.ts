@@ -41,28 +41,30 @@ export function handOn (reply: SendingReply, done: SendDone, payload: unknown): 
   continueSend(done, payload)
 }
 
+/** Marks the send `done` is Fastify's callback for as failed, when it is the one on its way. */
+function failSend (reply: SendingReply, done: DoneFuncWithErrOrRes): void {
+  const send = reply[kResponseSend]
+  if (send?.done === done) send.failed = true
+}
+
 /** A route hook between the plugin's two, whose failure ends the send it was on. */
 export function endsSendOnFailure (hook: onSendHookHandler): onSendHookHandler {
   return function watchedOnSend (request, reply: SendingReply, payload, done) {
-    const fail = (): void => {
-      const send = reply[kResponseSend]
-      if (send?.done === done) send.failed = true
-    }
     // What the hook passes on goes to Fastify as it is: done(), done(error) or done(null, payload).
     const next = (...args: unknown[]): void => {
-      if (args[0] != null) fail()
+      if (args[0] != null) failSend(reply, done)
       ;(done as (...args: unknown[]) => void)(...args)
     }
     let result: unknown
     try {
       result = hook.call(this, request, reply, payload, next as DoneFuncWithErrOrRes)
     } catch (error) {
-      fail()
+      failSend(reply, done)
       throw error
     }
     if (typeof (result as Promise<unknown> | undefined)?.then !== 'function') return result as undefined
     return (result as Promise<unknown>).then(undefined, (error: unknown) => {
-      fail()
+      failSend(reply, done)
       throw error
     }) as never
   }
