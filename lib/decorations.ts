@@ -7,6 +7,7 @@ import { invalidOption, unverifiedRoute } from './errors.js'
 import type { SuppliedDigests } from './response/digests.js'
 import {
   kFirstPayload,
+  kHeldSend,
   kResponseSend,
   kPendingContent,
   kRouteSettings,
@@ -43,6 +44,7 @@ export function decorate (fastify: FastifyInstance): void {
   fastify.decorateReply(kUnencodedDigest, null)
   fastify.decorateReply(kFirstPayload, null)
   fastify.decorateReply(kResponseSend, null)
+  fastify.decorateReply(kHeldSend, null)
   fastify.decorateReply(kSentDigests, null)
   fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
     // Any Uint8Array of the digest's length: what crypto and Web Crypto give alike.

@@ -49,6 +49,7 @@ import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
 import { verifyRequest, type RequestHook } from './request/verification.js'
 import { continueSend, type SendDone } from './response/continue-send.js'
 import { FileDigests } from './response/file-digests.js'
+import { asSent, dropPayload, endFailedSend, holdSend } from './response/one-send.js'
 import { addResponseHooks } from './response/route-hooks.js'
 import { discardUncommitted } from './uploads/commit.js'
 import { isUploadRequest, startUpload } from './uploads/resumable.js'
@@ -86,13 +87,21 @@ function sendCommitted (request: FastifyRequest, payload: unknown, done: SendDon
   else removing.then(() => { continueSend(done, payload) })
 }
 
-/** A success reply once its content concluded: sent as it is, or as the problem the content failed with. */
+/**
+ * A success reply once its content concluded, as it was sent (a held one, response/one-send.ts): sent
+ * as it is, or as the problem the content failed with, its payload then not sent.
+ */
 function sendOnVerdict (failure: Error | null, request: FastifyRequest, reply: FastifyReply, payload: unknown,
   done: SendDone): void {
   if (failure === null) {
+    asSent(reply, done)
     sendCommitted(request, payload, done)
-  } else if (failure instanceof DigestProblem) {
+    return
+  }
+  dropPayload(payload)
+  if (failure instanceof DigestProblem) {
     // Also when the handler caught the problem from digestVerdict() and replied anyway.
+    asSent(reply, done)
     reply.removeHeader('content-length')
     sendCommitted(request, answerWith(failure, request, reply), done)
   }
@@ -146,7 +155,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // Unencoded-Digest found first, before a route hook adds a coding; the other digests last.
     addResponseHooks(route, settings, files)
     // A route-level error handler answers the plugin's problems and hands every other error on.
-    answerProblems(route)
+    answerProblems(route, endFailedSend)
   })
 
   // The fields are judged, and the content taken over at its source, as soon as the route is known:
@@ -222,8 +231,12 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       sendCommitted(request, payload, done)
       return
     }
-    if (verifier.settled) sendOnVerdict(verifier.failure, request, reply, payload, done)
-    else verifier.whenSettled((failure) => { sendOnVerdict(failure, request, reply, payload, done) }, 'paused')
+    if (verifier.settled) {
+      sendOnVerdict(verifier.failure, request, reply, payload, done)
+      return
+    }
+    holdSend(reply, done)
+    verifier.whenSettled((failure) => { sendOnVerdict(failure, request, reply, payload, done) }, 'paused')
   })
 }
 

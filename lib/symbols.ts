@@ -22,6 +22,8 @@ export const kUnencodedDigest = Symbol('fastify-digest-fields.unencoded-digest')
 export const kFirstPayload = Symbol('fastify-digest-fields.first-payload')
 /** On a reply: the send the route's response hooks are on (Fastify's callback for its onSend hooks). */
 export const kResponseSend = Symbol('fastify-digest-fields.response-send')
+/** On a reply: its first success send held for the request's verdict, with the status and fields it was sent with. */
+export const kHeldSend = Symbol('fastify-digest-fields.held-send')
 /** On a request: the files saved with request.verifiedFiles(), removed unless committed. */
 export const kVerifiedFiles = Symbol('fastify-digest-fields.verified-files')
 /** On a reply: the digest fields its last pass through the response hook placed. */

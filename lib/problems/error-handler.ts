@@ -1,6 +1,6 @@
 /** The route error handler that answers the plugin's problems and hands every other error on to the application's. */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
-import { kAnswersProblems, kResponseSend } from '../symbols.js'
+import { kAnswersProblems } from '../symbols.js'
 import { sendProblem } from './answer.js'
 import { DigestProblem } from './problems.js'
 
@@ -19,13 +19,14 @@ function keepConnection (reply: FastifyReply): void {
 /**
  * Puts the handler on the route, once however many registrations see it. Fastify chains to the
  * scope's handler when this one rethrows, so the application keeps setErrorHandler to itself.
+ * `endFailedSend` takes back what the response hooks kept of the send that failed, before any
+ * error handler answers.
  */
-export function answerProblems (route: RouteOptions): void {
+export function answerProblems (route: RouteOptions, endFailedSend: (reply: FastifyReply) => void): void {
   const routeErrorHandler = route.errorHandler
   if ((routeErrorHandler as { [kAnswersProblems]?: true } | undefined)?.[kAnswersProblems] === true) return
   const digestErrorHandler: Handler = function (error, request, reply) {
-    // The answer to an error is a send of its own: the one that failed, if any, is not on its way.
-    ;(reply as FastifyReply & { [kResponseSend]?: unknown })[kResponseSend] = null
+    endFailedSend(reply)
     if (error instanceof DigestProblem) {
       // Fastify closes the connection on a parser's error, as the client may still be sending; a
       // verdict comes once the content is complete, so the connection stays as it would for

@@ -1,14 +1,18 @@
 /** One send of a reply at a time through the route's response hooks. */
 import type { DoneFuncWithErrOrRes, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import { Readable } from 'node:stream'
-import { kResponseSend } from '../symbols.js'
+import { kHeldSend, kResponseSend, kSentDigests } from '../symbols.js'
 import { sentTwice } from '../warnings.js'
 import { continueSend, type SendDone } from './continue-send.js'
+import { withdrawDigestFields, type SentReply } from './sent-fields.js'
 
 /** The send on its way (Fastify's callback for its onSend hooks), and what the last hook handed on. */
 interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: boolean }
 
-type SendingReply = FastifyReply & { [kResponseSend]?: ResponseSend | null }
+/** A success send held for the request's verdict (Fastify's callback for its onSend hooks), as it was sent. */
+interface HeldSend { readonly done: unknown, readonly status: number, readonly headers: Record<string, unknown> }
+
+type SendingReply = SentReply & { [kResponseSend]?: ResponseSend | null, [kHeldSend]?: HeldSend | null }
 
 /**
  * Whether a send that failed will not be sent: a route hook between the plugin's failed it, or the
@@ -32,6 +36,45 @@ export function isFirstSend (reply: SendingReply, done: unknown): boolean {
   if (first != null && !isOver(reply, first)) return false
   reply[kResponseSend] = { done, handedOn: null, failed: false }
   return true
+}
+
+/**
+ * The answer to an error is a send of its own: the send that failed is not on its way, and the
+ * fields placed for it go, before any error handler runs (one that hijacks the reply would write
+ * a trailer section's chunked framing beside its own Content-Length).
+ */
+export function endFailedSend (reply: SendingReply): void {
+  reply[kResponseSend] = null
+  if (reply[kSentDigests] != null) withdrawDigestFields(reply)
+}
+
+/** Notes the status and fields of the reply's first success send as it is held for the verdict. */
+export function holdSend (reply: SendingReply, done: unknown): void {
+  if (reply[kHeldSend] != null) return
+  const headers = reply.getHeaders() as Record<string, unknown>
+  // Fastify appends to a Set-Cookie list in place.
+  for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
+  reply[kHeldSend] = { done, status: reply.statusCode, headers }
+}
+
+/**
+ * Puts the reply back as its first held send had it, once the verdict came: Fastify alone writes
+ * a send at once, so what the application did to the reply after it (an error handler's answer to
+ * an error thrown after the send, a field set) never goes with its payload.
+ */
+export function asSent (reply: SendingReply, done: unknown): void {
+  const held = reply[kHeldSend]
+  if (held == null || held.done !== done) return
+  reply[kHeldSend] = null
+  if (reply.raw.headersSent) return
+  const now = reply.getHeaders() as Record<string, unknown>
+  for (const name in now) if (!(name in held.headers)) reply.removeHeader(name)
+  for (const [name, value] of Object.entries(held.headers)) {
+    if (now[name] === value) continue
+    reply.removeHeader(name)
+    reply.header(name, value)
+  }
+  reply.code(held.status)
 }
 
 /** Hands the payload of the route's last response hook to Fastify, noting it for the send on its way. */
@@ -70,8 +113,13 @@ export function endsSendOnFailure (hook: onSendHookHandler): onSendHookHandler {
   }
 }
 
-/** A later send, not sent: its stream destroyed (so that a file it reads is closed), and logged. */
+/** A payload that will not be sent: a stream destroyed, so that a file it reads is closed. */
+export function dropPayload (payload: unknown): void {
+  if (payload instanceof Readable) payload.destroy()
+}
+
+/** A later send, not sent, and logged. */
 export function dropLaterSend (request: FastifyRequest, payload: unknown): void {
   request.log.warn(sentTwice(request.method, request.url))
-  if (payload instanceof Readable) payload.destroy()
+  dropPayload(payload)
 }
