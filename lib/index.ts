@@ -11,8 +11,9 @@
 //                  back (fields/held-content.ts); at the end, digests compared (request/verdict.ts),
 //                  then the end delivered or the stream failed with the problem
 //   preValidation  awaitPartialReaders: a parser that read part of the content waits for the verdict
-//   onSend         holdSuccessReplies: a success reply waits for the verdict, a failure becomes the
-//                  problem; every such wait bounded by the route's stallTimeout (request/content-wait.ts)
+//   onSend         holdSuccessReplies: a success reply waits for the verdict and goes as it was sent
+//                  (response/one-send.ts), a failure becomes the problem, a payload not sent is
+//                  destroyed; every such wait bounded by the route's stallTimeout (request/content-wait.ts)
 //   problems       rendered from findings (problems/problems.ts), sent by problems/answer.ts
 //   responses      the route's first onSend and its last around its own, one send of a reply at a
 //                  time (response/route-hooks.ts): Unencoded-Digest found in the first, before a

@@ -117,8 +117,8 @@ function headOf (response: string): string {
 /** The same over HTTP/2: the status and fields of the answer, but its date, and its content. */
 async function post2 (held: Held, path: string): Promise<{ head: Record<string, unknown>, body: string }> {
   const session = h2connect(`http://127.0.0.1:${held.port}`)
-  const stream = session.request({ ':method': 'POST', ':path': path, 'content-type': 'application/octet-stream',
-    'content-length': String(content.length), 'content-digest': digestOf(content) })
+  const headers = { ':method': 'POST', ':path': path, 'content-type': 'application/octet-stream' }
+  const stream = session.request({ ...headers, 'content-length': String(content.length), 'content-digest': digestOf(content) })
   const received: Buffer[] = []
   stream.on('data', (data: Buffer) => received.push(data))
   const [head] = await Promise.all([
