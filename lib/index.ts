@@ -50,7 +50,7 @@ import { TrailerWatch, watchTrailers } from './request/trailer-watch.js'
 import { verifyRequest, type RequestHook } from './request/verification.js'
 import { continueSend, type SendDone } from './response/continue-send.js'
 import { FileDigests } from './response/file-digests.js'
-import { asSent, dropPayload, endFailedSend, holdSend } from './response/one-send.js'
+import { answersError, asSent, dropLaterSend, dropPayload, holdSend, isHeld } from './response/one-send.js'
 import { addResponseHooks } from './response/route-hooks.js'
 import { discardUncommitted } from './uploads/commit.js'
 import { isUploadRequest, startUpload } from './uploads/resumable.js'
@@ -95,14 +95,14 @@ function sendCommitted (request: FastifyRequest, payload: unknown, done: SendDon
 function sendOnVerdict (failure: Error | null, request: FastifyRequest, reply: FastifyReply, payload: unknown,
   done: SendDone): void {
   if (failure === null) {
-    asSent(reply, done)
+    asSent(reply)
     sendCommitted(request, payload, done)
     return
   }
   dropPayload(payload)
   if (failure instanceof DigestProblem) {
     // Also when the handler caught the problem from digestVerdict() and replied anyway.
-    asSent(reply, done)
+    asSent(reply)
     reply.removeHeader('content-length')
     sendCommitted(request, answerWith(failure, request, reply), done)
   }
@@ -156,7 +156,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
     // Unencoded-Digest found first, before a route hook adds a coding; the other digests last.
     addResponseHooks(route, settings, files)
     // A route-level error handler answers the plugin's problems and hands every other error on.
-    answerProblems(route, endFailedSend)
+    answerProblems(route, answersError)
   })
 
   // The fields are judged, and the content taken over at its source, as soon as the route is known:
@@ -226,6 +226,11 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // on it. A success reply then waits for the verdict, and a failure turns it into the problem, so
   // that no client is told that content whose digest failed was taken.
   fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
+    // Fastify alone would have written the send that waits: a later one is not sent.
+    if (isHeld(reply)) {
+      dropLaterSend(request, payload)
+      return
+    }
     const verifier = request[kPendingContent]
     // An error answer (Fastify's 413 among them) claims nothing about the content: it goes as it is.
     if (reply.statusCode >= 400 || verifier == null || !verifier.covered) {
@@ -236,7 +241,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       sendOnVerdict(verifier.failure, request, reply, payload, done)
       return
     }
-    holdSend(reply, done)
+    holdSend(reply, payload)
     verifier.whenSettled((failure) => { sendOnVerdict(failure, request, reply, payload, done) }, 'paused')
   })
 }

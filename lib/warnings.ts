@@ -14,6 +14,12 @@ export function sentTwice (method: string, url: string): string {
     'and did not return the reply?): the first send is sent, the later one dropped'
 }
 
+/** An error after a success reply was sent, while the reply waits for the verdict: Fastify alone would have sent the reply. */
+export function errorAfterSend (method: string, url: string): string {
+  return `fastify-digest-fields: ${method} ${url} failed after its reply was sent: ` +
+    'the reply goes as it was sent once the content is verified, and the error is not answered'
+}
+
 /** A file saved with request.verifiedFiles() and not committed that could not be removed. */
 export function uncommittedFileKept (error: unknown): string {
   return `fastify-digest-fields: a file saved and not committed could not be removed: ${(error as Error).message}`

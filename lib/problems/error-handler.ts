@@ -1,6 +1,7 @@
 /** The route error handler that answers the plugin's problems and hands every other error on to the application's. */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, RouteOptions } from 'fastify'
 import { kAnswersProblems } from '../symbols.js'
+import { errorAfterSend } from '../warnings.js'
 import { sendProblem } from './answer.js'
 import { DigestProblem } from './problems.js'
 
@@ -19,14 +20,17 @@ function keepConnection (reply: FastifyReply): void {
 /**
  * Puts the handler on the route, once however many registrations see it. Fastify chains to the
  * scope's handler when this one rethrows, so the application keeps setErrorHandler to itself.
- * `endFailedSend` takes back what the response hooks kept of the send that failed, before any
- * error handler answers.
+ * `answersError` readies the reply for an answer (taking back what the response hooks kept of the
+ * send that failed), or says none is given: a success send waits for the verdict.
  */
-export function answerProblems (route: RouteOptions, endFailedSend: (reply: FastifyReply) => void): void {
+export function answerProblems (route: RouteOptions, answersError: (reply: FastifyReply) => boolean): void {
   const routeErrorHandler = route.errorHandler
   if ((routeErrorHandler as { [kAnswersProblems]?: true } | undefined)?.[kAnswersProblems] === true) return
   const digestErrorHandler: Handler = function (error, request, reply) {
-    endFailedSend(reply)
+    if (!answersError(reply)) {
+      request.log.error({ err: error }, errorAfterSend(request.method, request.url))
+      return
+    }
     if (error instanceof DigestProblem) {
       // Fastify closes the connection on a parser's error, as the client may still be sending; a
       // verdict comes once the content is complete, so the connection stays as it would for

@@ -9,8 +9,8 @@ import { withdrawDigestFields, type SentReply } from './sent-fields.js'
 /** The send on its way (Fastify's callback for its onSend hooks), and what the last hook handed on. */
 interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: boolean }
 
-/** A success send held for the request's verdict (Fastify's callback for its onSend hooks), as it was sent. */
-interface HeldSend { readonly done: unknown, readonly status: number, readonly headers: Record<string, unknown> }
+/** A success send held for the request's verdict, as it was sent. */
+interface HeldSend { readonly status: number, readonly message: string, readonly headers: Record<string, unknown> }
 
 type SendingReply = SentReply & { [kResponseSend]?: ResponseSend | null, [kHeldSend]?: HeldSend | null }
 
@@ -39,32 +39,44 @@ export function isFirstSend (reply: SendingReply, done: unknown): boolean {
 }
 
 /**
- * The answer to an error is a send of its own: the send that failed is not on its way, and the
- * fields placed for it go, before any error handler runs (one that hijacks the reply would write
- * a trailer section's chunked framing beside its own Content-Length).
+ * Readies the reply for the answer to an error, or says there is none to give: while a success
+ * send waits for the verdict, Fastify alone would have written it, and only logs the error. The
+ * answer is a send of its own: the send that failed is not on its way, and the fields placed for
+ * it go before any error handler runs (one that hijacks the reply writes its own framing).
  */
-export function endFailedSend (reply: SendingReply): void {
+export function answersError (reply: SendingReply): boolean {
+  if (reply[kHeldSend] != null) return false
   reply[kResponseSend] = null
   if (reply[kSentDigests] != null) withdrawDigestFields(reply)
+  return true
 }
 
-/** Notes the status and fields of the reply's first success send as it is held for the verdict. */
-export function holdSend (reply: SendingReply, done: unknown): void {
-  if (reply[kHeldSend] != null) return
+/** Whether a success send of the reply waits for the verdict: any later send is dropped. */
+export function isHeld (reply: SendingReply): boolean {
+  return reply[kHeldSend] != null
+}
+
+function unheard (): void {}
+
+/** Notes the status and fields of the reply's success send as it is held for the verdict. */
+export function holdSend (reply: SendingReply, payload: unknown): void {
   const headers = reply.getHeaders() as Record<string, unknown>
   // Fastify appends to a Set-Cookie list in place.
   for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
-  reply[kHeldSend] = { done, status: reply.statusCode, headers }
+  reply[kHeldSend] = { status: reply.statusCode, message: reply.raw.statusMessage, headers }
+  // A stream's error while it waits is Fastify's to answer once it is sent: unheard, it would end the process.
+  const stream = payload as { pipe?: unknown, on?: (event: string, listener: () => void) => void } | null
+  if (typeof stream?.pipe === 'function' && typeof stream.on === 'function') stream.on('error', unheard)
 }
 
 /**
- * Puts the reply back as its first held send had it, once the verdict came: Fastify alone writes
+ * Puts the reply back as its held send had it, once the verdict came: Fastify alone writes
  * a send at once, so what the application did to the reply after it (an error handler's answer to
  * an error thrown after the send, a field set) never goes with its payload.
  */
-export function asSent (reply: SendingReply, done: unknown): void {
+export function asSent (reply: SendingReply): void {
   const held = reply[kHeldSend]
-  if (held == null || held.done !== done) return
+  if (held == null) return
   reply[kHeldSend] = null
   if (reply.raw.headersSent) return
   const now = reply.getHeaders() as Record<string, unknown>
@@ -75,6 +87,8 @@ export function asSent (reply: SendingReply, done: unknown): void {
     reply.header(name, value)
   }
   reply.code(held.status)
+  // HTTP/2 has none, and warns when one is set.
+  if (reply.raw.statusMessage !== held.message) reply.raw.statusMessage = held.message
 }
 
 /** Hands the payload of the route's last response hook to Fastify, noting it for the send on its way. */

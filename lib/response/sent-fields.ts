@@ -172,6 +172,9 @@ export function withdrawDigestFields (reply: SentReply): void {
   if (trailers.length > 0) {
     reply.removeHeader('trailer')
     reply.removeHeader('transfer-encoding')
+    // Node frames a response whose Transfer-Encoding and Content-Length were removed with neither,
+    // to the close of the connection: the next answer is framed as any other (RFC 9112 section 6).
+    if (!reply.raw.headersSent) Object.assign(reply.raw, { _removedTE: false, _removedContLen: false })
   }
   reply[kSentDigests] = null
 }

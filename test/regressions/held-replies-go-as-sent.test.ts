@@ -17,7 +17,7 @@ import { Readable } from 'node:stream'
 import t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify'
 import fastifyDigestFields from '../../lib/index.js'
-import { listen, rawRequest, type Tap } from '../helpers.js'
+import { listen, watchProcess, type Tap } from '../helpers.js'
 
 const content = Buffer.alloc(4096, 'c')
 const digestOf = (data: Buffer): string => `sha-256=:${createHash('sha256').update(data).digest('base64')}:`
@@ -66,6 +66,25 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
   app.post('/then-header', async (_request, reply) => {
     sent(reply, { first: true })
     reply.code(201).header('x-after', 'set after the send')
+  })
+  app.post('/then-404', async (_request, reply) => {
+    sent(reply, { first: true })
+    reply.code(404).header('x-second', 'yes').send('second')
+  })
+  app.post('/then-500', async (_request, reply) => {
+    sent(reply, { first: true })
+    await Promise.resolve()
+    throw new Error('thrown after the send, to the default error handler')
+  })
+  app.post('/then-message', async (_request, reply) => {
+    sent(reply, { first: true })
+    reply.raw.statusMessage = 'Set after the send'
+  })
+  app.post('/missing-file', async (_request, reply) => sent(reply, createReadStream(join(path, 'missing'))))
+  app.post('/then-hijack', async (_request, reply) => {
+    sent(reply, { first: true })
+    reply.hijack()
+    reply.raw.writeHead(202, { 'content-length': '8' }).end('hijacked')
   })
   app.post('/then-cookie', async (_request, reply) => {
     sent(reply.header('set-cookie', ['a=1', 'b=2']), { first: true })
@@ -157,7 +176,7 @@ t.test('a held reply\'s file stream goes as it was sent once the verdict holds',
 })
 
 t.test('a held reply goes with the status and fields it was sent with, as Fastify alone sends it', async (t) => {
-  for (const path of ['/then-302', '/then-204', '/then-gzip', '/then-header', '/then-cookie']) {
+  for (const path of ['/then-302', '/then-204', '/then-gzip', '/then-header', '/then-cookie', '/then-404', '/then-500', '/then-message']) {
     const alone = await serve(t, false)
     const expected = await post(alone, path, digestOf(content), 'send')
     const held = await serve(t, true)
@@ -166,9 +185,40 @@ t.test('a held reply goes with the status and fields it was sent with, as Fastif
     t.match(response, /^HTTP\/1\.1 200 OK\r\n/, `${path}: so does the plugin`)
     t.ok(response.endsWith('{"first":true}'), `${path}: with the first payload`)
     const head = headOf(response)
-    t.notMatch(head, /location|content-encoding|x-after|late=1/, `${path}: and none set after the send`)
+    t.notMatch(head, /location|content-encoding|x-after|late=1|x-second|after the send/, `${path}: and none set after the send`)
     t.equal(head, headOf(expected), `${path}: the same head as Fastify alone`)
   }
+})
+
+t.test('a held reply whose digest fails is the problem, whatever was sent or thrown after it', async (t) => {
+  const held = await serve(t, true)
+  for (const path of ['/then-302', '/then-gzip', '/then-404', '/then-500', '/then-message']) {
+    const response = await post(held, path, wrong, 'send')
+    t.match(response, /^HTTP\/1\.1 400 Bad Request\r\n/, `${path}: the problem`)
+    t.match(headOf(response), /\r\ncontent-type: application\/problem\+json(\r\n|$)/, `${path}: as a problem document`)
+    t.notMatch(headOf(response), /location|content-encoding|x-second/, `${path}: with nothing set after the send`)
+  }
+})
+
+t.test('a held stream that fails while it waits is answered as Fastify alone answers it, the process goes on', async (t) => {
+  const escaped = watchProcess(t)
+  const expected = await post(await serve(t, false), '/missing-file', digestOf(content), 'send')
+  const held = await serve(t, true)
+  const response = await post(held, '/missing-file', digestOf(content), 'send')
+  t.match(expected, /^HTTP\/1\.1 500 /, 'Fastify alone answers the missing file with a 500')
+  t.equal(response.slice(response.indexOf('\r\n\r\n')), expected.slice(expected.indexOf('\r\n\r\n')), 'so does the plugin, once the content is verified')
+  t.match(await post(held, '/missing-file', wrong, 'send'), /^HTTP\/1\.1 400 /, 'and the problem when its digest fails')
+  t.same(escaped, [], 'nothing reached the process')
+})
+
+t.test('a handler that hijacks its reply after the send writes its own, as without the plugin', async (t) => {
+  const escaped = watchProcess(t)
+  for (const plugin of [false, true]) {
+    const response = await post(await serve(t, plugin), '/then-hijack', digestOf(content), 'send')
+    t.match(response, /^HTTP\/1\.1 (200|202) /, plugin ? 'with the plugin, its own answer (the send was held)' : 'Fastify alone, the first send')
+    if (plugin) t.ok(response.endsWith('\r\n\r\nhijacked'), 'the hijacked answer')
+  }
+  t.same(escaped, [], 'nothing reached the process')
 })
 
 t.test('over HTTP/2 too, a held reply goes with the status and fields it was sent with', async (t) => {
@@ -180,15 +230,40 @@ t.test('over HTTP/2 too, a held reply goes with the status and fields it was sen
   }
 })
 
+/** Two requests pipelined on one connection, the first asking for digests: what came back, as text. */
+async function pipelined (port: number): Promise<string> {
+  const socket = connect({ host: '127.0.0.1', port })
+  socket.on('error', () => {})
+  const received: Buffer[] = []
+  socket.on('data', (data: Buffer) => received.push(data))
+  await once(socket, 'connect')
+  socket.write('GET /failing HTTP/1.1\r\nHost: localhost\r\nWant-Content-Digest: sha-256=1\r\nWant-Repr-Digest: sha-256=1\r\n\r\n' +
+    'GET /next HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n')
+  await once(socket, 'close')
+  return Buffer.concat(received).toString('latin1')
+}
+
 t.test('after a stream failed before its first byte, an error handler\'s answer has one framing', async (t) => {
   const handlers: Record<string, (reply: FastifyReply) => void> = {
-    hijacked (reply) {
+    'hijacked with its own Content-Length' (reply) {
       reply.hijack()
       reply.raw.writeHead(503, { 'content-length': '4', 'content-type': 'text/plain' })
       reply.raw.end('oops')
     },
+    'hijacked and framed by Node' (reply) {
+      reply.hijack()
+      reply.raw.writeHead(503, { 'content-type': 'text/plain' })
+      reply.raw.write('oo')
+      reply.raw.end('ps')
+    },
+    'hijacked and ended by Node' (reply) {
+      reply.hijack()
+      reply.raw.statusCode = 503
+      reply.raw.end('oops')
+    },
     thrown () { throw new Error('the error handler failed too') },
-    sent (reply) { reply.code(503).type('text/plain').send('oops') }
+    sent (reply) { reply.code(503).type('text/plain').send('oops') },
+    'sent as a stream' (reply) { reply.code(503).type('text/plain').send(Readable.from(['oo', 'ps'])) }
   }
   for (const [name, answer] of Object.entries(handlers)) {
     for (const plugin of [false, true]) {
@@ -196,15 +271,18 @@ t.test('after a stream failed before its first byte, an error handler\'s answer 
       t.teardown(() => app.close())
       if (plugin) await app.register(fastifyDigestFields)
       app.get('/failing', async (_request, reply) => reply.send(new Readable({ read () { this.destroy(new Error('no first byte')) } })))
+      app.get('/next', async () => 'next')
       app.setErrorHandler((_error, _request, reply) => { answer(reply) })
       const port = await listen(app)
-      const response = await rawRequest(port, ['GET /failing HTTP/1.1', 'Host: localhost', 'Want-Content-Digest: sha-256=1', 'Want-Repr-Digest: sha-256=1'])
       const what = `${name}, ${plugin ? 'with the plugin' : 'Fastify alone'}`
-      t.equal(response.status, name === 'thrown' ? 500 : 503, `${what}: the error handler's answer`)
-      t.equal(response.headers['transfer-encoding'], undefined, `${what}: no chunked framing`)
-      t.equal(response.headers.trailer, undefined, `${what}: no Trailer field`)
-      t.equal(Number(response.headers['content-length']), Buffer.byteLength(response.body), `${what}: its Content-Length`)
-      t.equal(response.headers['content-digest'], undefined, `${what}: no digest of the failed stream`)
+      const text = await pipelined(port)
+      const head = headOf(text)
+      t.match(head, name === 'thrown' ? /^http\/1\.1 500 / : /^http\/1\.1 503 /, `${what}: the error handler's answer`)
+      const chunked = /\r\ntransfer-encoding: chunked(\r\n|$)/.test(head)
+      const length = /\r\ncontent-length: \d+(\r\n|$)/.test(head)
+      t.ok(chunked !== length, `${what}: one framing, chunked or Content-Length`)
+      t.notMatch(head, /\r\n(trailer|content-digest|repr-digest):/, `${what}: no Trailer field, no digest of the failed stream`)
+      t.match(text, /\r\n\r\nnext$/, `${what}: the request pipelined behind it is answered`)
     }
   }
 })
