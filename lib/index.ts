@@ -228,7 +228,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   fastify.addHook('onSend', function holdSuccessReplies (request: DigestRequest, reply, payload, done) {
     // Fastify alone would have written the send that waits: a later one is not sent.
     if (isHeld(reply)) {
-      dropLaterSend(request, payload)
+      dropLaterSend(request, reply, payload)
       return
     }
     const verifier = request[kPendingContent]

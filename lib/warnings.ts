@@ -20,6 +20,12 @@ export function errorAfterSend (method: string, url: string): string {
     'the reply goes as it was sent once the content is verified, and the error is not answered'
 }
 
+/** A stream sent after the plugin answered the request's problem in the application's place. */
+export function sentAfterProblem (method: string, url: string): string {
+  return `fastify-digest-fields: ${method} ${url} sent a stream after its content's problem was answered: ` +
+    'the stream is destroyed'
+}
+
 /** A file saved with request.verifiedFiles() and not committed that could not be removed. */
 export function uncommittedFileKept (error: unknown): string {
   return `fastify-digest-fields: a file saved and not committed could not be removed: ${(error as Error).message}`

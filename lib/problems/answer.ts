@@ -1,6 +1,7 @@
 /** The one way a problem leaves: as the reply's problem document, logged once and published to diagnostics. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { channels } from '../channels.js'
+import { sentAfterProblem } from '../warnings.js'
 import type { DigestProblem } from './problems.js'
 
 /**
@@ -32,10 +33,27 @@ export function sendProblem (problem: DigestProblem, request: FastifyRequest, re
   reply.send(answerWith(problem, request, reply))
 }
 
+type Send = FastifyReply['send']
+
+/**
+ * A send of the application's after the plugin answered in its place (a handler that opens a
+ * file before it sends, as @fastify/static does): Fastify drops a send once the reply went, and
+ * leaves a stream it carries open, a file's descriptor for as long as the process runs.
+ */
+function sendAfterTheAnswer (this: FastifyReply, payload: unknown): FastifyReply {
+  const stream = payload as { pipe?: unknown, destroy?: unknown } | null
+  if (typeof stream?.pipe !== 'function') return (Object.getPrototypeOf(this) as { send: Send }).send.call(this, payload)
+  if (typeof stream.destroy === 'function') stream.destroy()
+  this.log.warn(sentAfterProblem(this.request.method, this.request.url))
+  return this
+}
+
 /**
  * A reader that listens for 'error' answers the problem (Fastify's parsers send it to the error
  * handler); with none, nobody would, so the plugin does unless a reply went out already.
  */
 export function answerUnheard (problem: DigestProblem, heard: boolean, request: FastifyRequest, reply: FastifyReply): void {
-  if (!heard && !reply.sent) sendProblem(problem, request, reply)
+  if (heard || reply.sent) return
+  sendProblem(problem, request, reply)
+  reply.send = sendAfterTheAnswer as Send
 }

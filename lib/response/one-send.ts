@@ -1,7 +1,7 @@
 /** One send of a reply at a time through the route's response hooks. */
 import type { DoneFuncWithErrOrRes, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import { Readable } from 'node:stream'
-import { kHeldSend, kResponseSend, kSentDigests } from '../symbols.js'
+import { kFirstPayload, kHeldSend, kResponseSend, kSentDigests } from '../symbols.js'
 import { sentTwice } from '../warnings.js'
 import { continueSend, type SendDone } from './continue-send.js'
 import { withdrawDigestFields, type SentReply } from './sent-fields.js'
@@ -9,10 +9,20 @@ import { withdrawDigestFields, type SentReply } from './sent-fields.js'
 /** The send on its way (Fastify's callback for its onSend hooks), and what the last hook handed on. */
 interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: boolean }
 
-/** A success send held for the request's verdict, as it was sent. */
-interface HeldSend { readonly status: number, readonly message: string, readonly headers: Record<string, unknown> }
+/** A success send held for the request's verdict, as it was sent, and whether a later send was logged. */
+interface HeldSend {
+  readonly payload: unknown
+  readonly status: number
+  readonly message: string
+  readonly headers: Record<string, unknown>
+  laterLogged: boolean
+}
 
-type SendingReply = SentReply & { [kResponseSend]?: ResponseSend | null, [kHeldSend]?: HeldSend | null }
+type SendingReply = SentReply & {
+  [kResponseSend]?: ResponseSend | null
+  [kHeldSend]?: HeldSend | null
+  [kFirstPayload]?: unknown
+}
 
 /**
  * Whether a send that failed will not be sent: a route hook between the plugin's failed it, or the
@@ -63,7 +73,7 @@ export function holdSend (reply: SendingReply, payload: unknown): void {
   const headers = reply.getHeaders() as Record<string, unknown>
   // Fastify appends to a Set-Cookie list in place.
   for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
-  reply[kHeldSend] = { status: reply.statusCode, message: reply.raw.statusMessage, headers }
+  reply[kHeldSend] = { payload, status: reply.statusCode, message: reply.raw.statusMessage, headers, laterLogged: false }
   // A stream's error while it waits is Fastify's to answer once it is sent: unheard, it would end the process.
   const stream = payload as { pipe?: unknown, on?: (event: string, listener: () => void) => void } | null
   if (typeof stream?.pipe === 'function' && typeof stream.on === 'function') stream.on('error', unheard)
@@ -78,7 +88,6 @@ export function asSent (reply: SendingReply): void {
   const held = reply[kHeldSend]
   if (held == null) return
   reply[kHeldSend] = null
-  if (reply.raw.headersSent) return
   const now = reply.getHeaders() as Record<string, unknown>
   for (const name in now) if (!(name in held.headers)) reply.removeHeader(name)
   for (const [name, value] of Object.entries(held.headers)) {
@@ -132,8 +141,14 @@ export function dropPayload (payload: unknown): void {
   if (payload instanceof Readable) payload.destroy()
 }
 
-/** A later send, not sent, and logged. */
-export function dropLaterSend (request: FastifyRequest, payload: unknown): void {
-  request.log.warn(sentTwice(request.method, request.url))
-  dropPayload(payload)
+/**
+ * A later send, not sent, and logged (once while a send is held: an async handler that called
+ * reply.send() and returned nothing sends again by itself); its stream destroyed, unless it is
+ * the one that goes.
+ */
+export function dropLaterSend (request: FastifyRequest, reply: SendingReply, payload: unknown): void {
+  const held = reply[kHeldSend]
+  if (held?.laterLogged !== true) request.log.warn(sentTwice(request.method, request.url))
+  if (held != null) held.laterLogged = true
+  if (payload !== held?.payload && payload !== reply[kFirstPayload]) dropPayload(payload)
 }

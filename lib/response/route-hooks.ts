@@ -39,7 +39,7 @@ export function addResponseHooks (route: ScheduledRoute, settings: Settings, fil
 function oneSendAtATime (hook: onSendHookHandler): onSendHookHandler {
   return function firstResponseHook (request, reply, payload, done) {
     if (reply.statusCode < 400 && !isFirstSend(reply, done)) {
-      dropLaterSend(request, payload)
+      dropLaterSend(request, reply, payload)
       return
     }
     hook.call(this, request, reply, payload, done)

@@ -8,7 +8,7 @@
 // trailer section beside its own Content-Length. A held reply now goes as it was sent, a payload
 // not sent is destroyed, and the fields placed for a failed stream go before any error handler runs.
 import { createHash } from 'node:crypto'
-import { createReadStream, writeFileSync, type ReadStream } from 'node:fs'
+import fs, { createReadStream, writeFileSync, type ReadStream } from 'node:fs'
 import { once } from 'node:events'
 import { connect as h2connect } from 'node:http2'
 import { connect } from 'node:net'
@@ -16,8 +16,9 @@ import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify'
+import fastifyStatic from '@fastify/static'
 import fastifyDigestFields from '../../lib/index.js'
-import { listen, watchProcess, type Tap } from '../helpers.js'
+import { listen, rawRequest, watchProcess, type Tap } from '../helpers.js'
 
 const content = Buffer.alloc(4096, 'c')
 const digestOf = (data: Buffer): string => `sha-256=:${createHash('sha256').update(data).digest('base64')}:`
@@ -31,11 +32,14 @@ interface Held {
   reached: () => Promise<void>
   /** The file streams the handler sent. */
   files: ReadStream[]
+  /** What the server logged at warn and above. */
+  logs: string[]
 }
 
 /** A server whose handlers answer before the content ends, so that their reply waits for the verdict. */
 async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = false): Promise<Held> {
-  const app = Fastify({ http2 } as object) as unknown as FastifyInstance
+  const logs: string[] = []
+  const app = Fastify({ http2, logger: { level: 'warn', stream: { write (line: string) { logs.push(line) } } } } as object) as unknown as FastifyInstance
   t.teardown(() => app.close())
   if (plugin) await app.register(fastifyDigestFields, { stallTimeout })
   app.addContentTypeParser('application/octet-stream', (_request, payload, done) => { done(null, payload) })
@@ -86,6 +90,21 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
     reply.hijack()
     reply.raw.writeHead(202, { 'content-length': '8' }).end('hijacked')
   })
+  app.post('/same-twice', async (_request, reply) => {
+    const file = createReadStream(path)
+    reply.send(file)
+    return sent(reply, file)
+  })
+  // Sends a file only once the plugin answered the content's problem in its place.
+  app.post('/after-the-answer', (_request, reply) => {
+    const send = (): void => {
+      const file = createReadStream(path)
+      files.push(file)
+      reply.send(file)
+    }
+    if (reply.raw.writableFinished) send()
+    else reply.raw.once('finish', send)
+  })
   app.post('/then-cookie', async (_request, reply) => {
     sent(reply.header('set-cookie', ['a=1', 'b=2']), { first: true })
     reply.header('set-cookie', 'late=1')
@@ -99,6 +118,7 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
     app,
     port,
     files,
+    logs,
     reached: async () => {
       await reachedOnce
       reachedOnce = new Promise<void>((resolve) => { arrived = resolve })
@@ -188,6 +208,51 @@ t.test('a held reply goes with the status and fields it was sent with, as Fastif
     t.notMatch(head, /location|content-encoding|x-after|late=1|x-second|after the send/, `${path}: and none set after the send`)
     t.equal(head, headOf(expected), `${path}: the same head as Fastify alone`)
   }
+})
+
+t.test('a stream sent after the plugin answered the problem in the handler\'s place is destroyed', { timeout: 10_000 }, async (t) => {
+  const held = await serve(t, true)
+  const response = await rawRequest(held.port, ['POST /after-the-answer HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream',
+    `Content-Length: ${content.length}`, `Content-Digest: ${wrong}`], [content])
+  t.equal(response.status, 400, 'the plugin answers the problem, as nobody reads the content')
+  const [file] = held.files as [ReadStream]
+  t.equal(file.destroyed, true, 'the file the handler sent after it is destroyed')
+  if (!file.closed) await once(file, 'close')
+  t.match(held.logs.join(''), /sent a stream after its content's problem was answered/, 'and that is logged')
+})
+
+t.test('@fastify/static\'s files for requests whose digest failed are closed', { timeout: 10_000 }, async (t) => {
+  const opened: ReadStream[] = []
+  const original = fs.createReadStream
+  let allOpened = (): void => {}
+  const count = 8
+  const whenAllOpened = new Promise<void>((resolve) => { allOpened = resolve })
+  fs.createReadStream = ((...args: Parameters<typeof original>) => {
+    const stream = original(...args)
+    if (opened.push(stream) === count) allOpened()
+    return stream
+  }) as typeof original
+  t.teardown(() => { fs.createReadStream = original })
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(fastifyDigestFields)
+  const root = t.testdir({ 'served.txt': fileText })
+  await app.register(fastifyStatic, { root })
+  const port = await listen(app)
+  const responses = await Promise.all(Array.from({ length: count }, async () => await rawRequest(port,
+    ['GET /served.txt HTTP/1.1', 'Host: localhost', 'Content-Length: 10', `Content-Digest: ${wrong}`], [Buffer.alloc(10, 'b')])))
+  t.same(responses.map((response) => response.status), Array(count).fill(400), 'each is answered with the problem')
+  await whenAllOpened
+  await Promise.all(opened.map(async (stream) => { if (!stream.closed) await once(stream, 'close') }))
+  t.ok(opened.every((stream) => stream.destroyed), 'every file @fastify/static opened is closed')
+})
+
+t.test('a stream sent twice while the reply waits is sent once', async (t) => {
+  const held = await serve(t, true)
+  const response = await post(held, '/same-twice', digestOf(content), 'send')
+  t.match(response, /^HTTP\/1\.1 200 /, 'the held send goes')
+  t.ok(response.includes(`\r\n${fileText}\r\n`), 'with the file, which the dropped send did not destroy')
+  t.equal(held.logs.filter((line) => line.includes('sent its reply twice')).length, 1, 'the later sends logged once')
 })
 
 t.test('a held reply whose digest fails is the problem, whatever was sent or thrown after it', async (t) => {
