@@ -103,7 +103,6 @@ function sendOnVerdict (failure: Error | null, request: FastifyRequest, reply: F
   if (failure instanceof DigestProblem) {
     // Also when the handler caught the problem from digestVerdict() and replied anyway.
     asSent(reply)
-    reply.removeHeader('content-length')
     sendCommitted(request, answerWith(failure, request, reply), done)
   }
   // A request whose client left, or that was ended for standing still, is answered by nobody.

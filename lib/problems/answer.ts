@@ -5,6 +5,14 @@ import { sentAfterProblem } from '../warnings.js'
 import type { DigestProblem } from './problems.js'
 
 /**
+ * The fields of a payload the problem takes the place of (a success reply held for the verdict):
+ * its representation's metadata, validators and range (RFC 9110 sections 8, 8.8, 14.4), where it
+ * was or is to go. Others (Set-Cookie, CORS) stay, as on Fastify's error answers.
+ */
+const replacedFields = ['content-length', 'content-encoding', 'content-language', 'content-location', 'content-range',
+  'content-disposition', 'etag', 'last-modified', 'location']
+
+/**
  * Makes the reply the problem, as RFC 9457 says, and returns its payload; logs what was found,
  * also when the response discloses nothing.
  */
@@ -16,6 +24,7 @@ export function answerWith (problem: DigestProblem, request: FastifyRequest, rep
     request.log[problem.logLevel](found, problem.logMessage)
   }
   if (channels.requestProblem.hasSubscribers) channels.requestProblem.publish({ request, problem })
+  for (const name of replacedFields) reply.removeHeader(name)
   reply
     .code(problem.statusCode)
     .headers(problem.headers)

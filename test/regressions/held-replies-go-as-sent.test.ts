@@ -14,6 +14,7 @@ import { connect as h2connect } from 'node:http2'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
+import { gzipSync } from 'node:zlib'
 import t from 'tap'
 import Fastify, { type FastifyInstance, type FastifyReply } from 'fastify'
 import fastifyStatic from '@fastify/static'
@@ -105,6 +106,15 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
     if (reply.raw.writableFinished) send()
     else reply.raw.once('finish', send)
   })
+  app.post('/described', async (_request, reply) => sent(reply.headers({
+    'content-encoding': 'gzip',
+    etag: '"v1"',
+    'last-modified': 'Tue, 24 Nov 2026 10:00:00 GMT',
+    location: '/elsewhere',
+    'content-disposition': 'attachment; filename="a.gz"',
+    'set-cookie': 'kept=1',
+    'access-control-allow-origin': '*'
+  }), gzipSync('a representation')))
   app.post('/then-cookie', async (_request, reply) => {
     sent(reply.header('set-cookie', ['a=1', 'b=2']), { first: true })
     reply.header('set-cookie', 'late=1')
@@ -245,6 +255,17 @@ t.test('@fastify/static\'s files for requests whose digest failed are closed', {
   await whenAllOpened
   await Promise.all(opened.map(async (stream) => { if (!stream.closed) await once(stream, 'close') }))
   t.ok(opened.every((stream) => stream.destroyed), 'every file @fastify/static opened is closed')
+})
+
+t.test('the problem in place of a held reply goes without the fields that described the reply\'s content', async (t) => {
+  const held = await serve(t, true)
+  const response = await post(held, '/described', wrong, 'send')
+  const head = headOf(response)
+  t.match(head, /^http\/1\.1 400 /, 'the problem')
+  t.notMatch(head, /\r\n(content-encoding|etag|last-modified|location|content-disposition):/, 'none of its content\'s fields')
+  t.match(head, /\r\nset-cookie: kept=1(\r\n|$)/, 'a cookie stays, as on Fastify\'s error answers')
+  t.match(head, /\r\naccess-control-allow-origin: \*(\r\n|$)/, 'and so does CORS, for a browser to read the problem')
+  t.match(JSON.parse(response.slice(response.indexOf('\r\n\r\n') + 4)), { title: 'Mismatching Digest Value' }, 'a problem document that parses')
 })
 
 t.test('a stream sent twice while the reply waits is sent once', async (t) => {
