@@ -6,11 +6,11 @@ import type { DigestProblem } from './problems.js'
 
 /**
  * The fields of a payload the problem takes the place of (a success reply held for the verdict):
- * its representation's metadata, validators and range (RFC 9110 sections 8, 8.8, 14.4), where it
- * was or is to go. Others (Set-Cookie, CORS) stay, as on Fastify's error answers.
+ * its representation's metadata, validators and range (RFC 9110 sections 8, 8.8, 14.4). Others
+ * stay, as on Fastify's error answers: Set-Cookie, CORS, and Location, where an upload resumes.
  */
 const replacedFields = ['content-length', 'content-encoding', 'content-language', 'content-location', 'content-range',
-  'content-disposition', 'etag', 'last-modified', 'location']
+  'content-disposition', 'etag', 'last-modified']
 
 /**
  * Makes the reply the problem, as RFC 9457 says, and returns its payload; logs what was found,
