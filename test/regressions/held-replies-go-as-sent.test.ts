@@ -97,11 +97,14 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
     return sent(reply, file)
   })
   // Sends a file only once the plugin answered the content's problem in its place.
-  app.post('/after-the-answer', (_request, reply) => {
+  app.post('/after-the-answer', (request, reply) => {
     const send = (): void => {
       const file = createReadStream(path)
       files.push(file)
-      reply.send(file)
+      const kind = request.headers['x-send']
+      // A stream of the old kind, without destroy(), and no payload at all.
+      reply.send(kind === 'pipe-only' ? { pipe () {}, on () {} } : kind === 'nothing' ? null : file)
+      if (kind !== undefined) file.destroy()
     }
     if (reply.raw.writableFinished) send()
     else reply.raw.once('finish', send)
@@ -229,6 +232,16 @@ t.test('a stream sent after the plugin answered the problem in the handler\'s pl
   t.equal(file.destroyed, true, 'the file the handler sent after it is destroyed')
   if (!file.closed) await once(file, 'close')
   t.match(held.logs.join(''), /sent a stream after its content's problem was answered/, 'and that is logged')
+  for (const kind of ['pipe-only', 'nothing']) {
+    const escaped = watchProcess(t)
+    const logged = held.logs.length
+    const response = await rawRequest(held.port, ['POST /after-the-answer HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream',
+      `Content-Length: ${content.length}`, `Content-Digest: ${wrong}`, `X-Send: ${kind}`], [content])
+    t.equal(response.status, 400, `${kind}: the problem`)
+    const lines = held.logs.slice(logged).join('')
+    t.match(lines, kind === 'nothing' ? /Reply was already sent/ : /sent a stream after/, `${kind}: the later send logged, by Fastify when it is not a stream`)
+    t.same(escaped, [], `${kind}: nothing reached the process`)
+  }
 })
 
 t.test('@fastify/static\'s files for requests whose digest failed are closed', { timeout: 10_000 }, async (t) => {
