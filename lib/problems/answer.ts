@@ -1,5 +1,6 @@
 /** The one way a problem leaves: as the reply's problem document, logged once and published to diagnostics. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import { Readable } from 'node:stream'
 import { channels } from '../channels.js'
 import { sentAfterProblem } from '../warnings.js'
 import type { DigestProblem } from './problems.js'
@@ -44,6 +45,8 @@ export function sendProblem (problem: DigestProblem, request: FastifyRequest, re
 
 type Send = FastifyReply['send']
 
+function unheard (): void {}
+
 /**
  * A send of the application's after the plugin answered in its place (a handler that opens a
  * file before it sends, as @fastify/static does): Fastify drops a send once the reply went, and
@@ -52,7 +55,9 @@ type Send = FastifyReply['send']
 function sendAfterTheAnswer (this: FastifyReply, payload: unknown): FastifyReply {
   const stream = payload as { pipe?: unknown, destroy?: unknown } | null
   if (typeof stream?.pipe !== 'function') return (Object.getPrototypeOf(this) as { send: Send }).send.call(this, payload)
-  if (typeof stream.destroy === 'function') stream.destroy()
+  // A file still opening, or a destroy that fails, emits an error nobody else will hear.
+  if (payload instanceof Readable) payload.on('error', unheard).destroy()
+  else if (typeof stream.destroy === 'function') stream.destroy()
   this.log.warn(sentAfterProblem(this.request.method, this.request.url))
   return this
 }

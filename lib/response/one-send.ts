@@ -138,7 +138,10 @@ export function endsSendOnFailure (hook: onSendHookHandler): onSendHookHandler {
 
 /** A payload that will not be sent: a stream destroyed, so that a file it reads is closed. */
 export function dropPayload (payload: unknown): void {
-  if (payload instanceof Readable) payload.destroy()
+  if (!(payload instanceof Readable)) return
+  // A file still opening, or a destroy that fails, emits an error nobody else will hear.
+  payload.on('error', unheard)
+  payload.destroy()
 }
 
 /**

@@ -102,8 +102,15 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
       const file = createReadStream(path)
       files.push(file)
       const kind = request.headers['x-send']
-      // A stream of the old kind, without destroy(), and no payload at all.
-      reply.send(kind === 'pipe-only' ? { pipe () {}, on () {} } : kind === 'nothing' ? null : file)
+      // A stream of the old kind, without destroy(), no payload at all, a file that is missing
+      // (its error comes once it is destroyed) and a stream whose destroy fails.
+      const payloads: Record<string, () => unknown> = {
+        'pipe-only': () => ({ pipe () {}, on () {} }),
+        nothing: () => null,
+        missing: () => createReadStream(join(path, 'missing')),
+        'failing-destroy': failingDestroy
+      }
+      reply.send(kind === undefined ? file : payloads[kind as string]?.())
       if (kind !== undefined) file.destroy()
     }
     if (reply.raw.writableFinished) send()
@@ -118,6 +125,10 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
     'set-cookie': 'kept=1',
     'access-control-allow-origin': '*'
   }), gzipSync('a representation')))
+  app.post('/then-failing-destroy', async (_request, reply) => {
+    sent(reply, { first: true })
+    reply.send(failingDestroy())
+  })
   app.post('/then-cookie', async (_request, reply) => {
     sent(reply.header('set-cookie', ['a=1', 'b=2']), { first: true })
     reply.header('set-cookie', 'late=1')
@@ -159,6 +170,12 @@ async function post (held: Held, path: string, digest: string, end: 'send' | 'le
   else await once(socket, 'close')
   return Buffer.concat(received).toString('latin1')
 }
+
+/** A stream whose destroy fails. */
+const failingDestroy = (): Readable => new Readable({
+  read () {},
+  destroy (_error, callback) { callback(new Error('the destroy failed')) }
+})
 
 /** A response's status line and fields but its date, the fields in order of their names. */
 function headOf (response: string): string {
@@ -209,7 +226,9 @@ t.test('a held reply\'s file stream goes as it was sent once the verdict holds',
 })
 
 t.test('a held reply goes with the status and fields it was sent with, as Fastify alone sends it', async (t) => {
-  for (const path of ['/then-302', '/then-204', '/then-gzip', '/then-header', '/then-cookie', '/then-404', '/then-500', '/then-message']) {
+  const escaped = watchProcess(t)
+  for (const path of ['/then-302', '/then-204', '/then-gzip', '/then-header', '/then-cookie', '/then-404', '/then-500', '/then-message',
+    '/then-failing-destroy']) {
     const alone = await serve(t, false)
     const expected = await post(alone, path, digestOf(content), 'send')
     const held = await serve(t, true)
@@ -221,6 +240,7 @@ t.test('a held reply goes with the status and fields it was sent with, as Fastif
     t.notMatch(head, /location|content-encoding|x-after|late=1|x-second|after the send/, `${path}: and none set after the send`)
     t.equal(head, headOf(expected), `${path}: the same head as Fastify alone`)
   }
+  t.same(escaped, [], 'nothing reached the process')
 })
 
 t.test('a stream sent after the plugin answered the problem in the handler\'s place is destroyed', { timeout: 10_000 }, async (t) => {
@@ -232,7 +252,7 @@ t.test('a stream sent after the plugin answered the problem in the handler\'s pl
   t.equal(file.destroyed, true, 'the file the handler sent after it is destroyed')
   if (!file.closed) await once(file, 'close')
   t.match(held.logs.join(''), /sent a stream after its content's problem was answered/, 'and that is logged')
-  for (const kind of ['pipe-only', 'nothing']) {
+  for (const kind of ['pipe-only', 'nothing', 'missing', 'failing-destroy']) {
     const escaped = watchProcess(t)
     const logged = held.logs.length
     const response = await rawRequest(held.port, ['POST /after-the-answer HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream',
