@@ -27,8 +27,11 @@ const sha256 = (data: string | Buffer): string => `sha-256=:${createHash('sha256
 
 const root = mkdtempSync(join(tmpdir(), 'static-files-'))
 t.teardown(() => rmSync(root, { recursive: true, force: true }))
-const small = seededBytes(20 * 1024, fuzzSeed).toString('base64')
-const large = seededBytes(600 * 1024, fuzzSeed + 1).toString('hex')
+// @fastify/compress 9 takes content whose first two bytes read as a zlib header (1 seed in about
+// 400 of base64) for coded already, and sends it as it is under the Content-Encoding it announces:
+// the files begin with text that cannot.
+const small = `small\n${seededBytes(20 * 1024, fuzzSeed).toString('base64')}`
+const large = `large\n${seededBytes(600 * 1024, fuzzSeed + 1).toString('hex')}`
 writeFileSync(join(root, 'small.txt'), small)
 writeFileSync(join(root, 'large.txt'), large)
 writeFileSync(join(root, 'coded.js'), small)
@@ -120,7 +123,7 @@ for (const compress of ['before', 'after'] as const) {
     for (const [accept, decode] of [['gzip', gunzipSync], ['br', brotliDecompressSync], ['deflate', inflateSync]] as const) {
       const response = await get(`${base}/small.txt`, { 'accept-encoding': accept })
       t.equal(response.headers['content-encoding'], accept)
-      // What was received, when it does not decode: once seen on Node 26 in CI, not reproduced.
+      // What was received, when it does not decode (see the files' first line above).
       const received = (): string => `${response.body.length} bytes from ${response.body.subarray(0, 16).toString('hex')}, ` +
         `headers ${JSON.stringify(response.headers)}, trailers ${JSON.stringify(response.trailers)}`
       t.equal(((): string => { try { return decode(response.body).toString() } catch (error) { return `${String(error)}: ${received()}` } })(), small)
