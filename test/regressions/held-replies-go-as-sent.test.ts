@@ -35,6 +35,8 @@ interface Held {
   files: ReadStream[]
   /** What the server logged at warn and above. */
   logs: string[]
+  /** How many streams of the old kind (no Readable) were destroyed. */
+  destroyed: { oldKind: number }
 }
 
 /** A server whose handlers answer before the content ends, so that their reply waits for the verdict. */
@@ -47,6 +49,7 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
   const path = join(t.testdir(), 'sent.txt')
   writeFileSync(path, fileText)
   const files: ReadStream[] = []
+  const destroyed = { oldKind: 0 }
   let arrived = (): void => {}
   let reachedOnce = new Promise<void>((resolve) => { arrived = resolve })
   const sent = (reply: FastifyReply, payload: unknown): FastifyReply => {
@@ -106,6 +109,7 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
       // (its error comes once it is destroyed) and a stream whose destroy fails.
       const payloads: Record<string, () => unknown> = {
         'pipe-only': () => ({ pipe () {}, on () {} }),
+        'old-kind': () => ({ pipe () {}, on () {}, destroy () { destroyed.oldKind++ } }),
         nothing: () => null,
         missing: () => createReadStream(join(path, 'missing')),
         'failing-destroy': failingDestroy
@@ -143,6 +147,7 @@ async function serve (t: Tap, plugin: boolean, stallTimeout = 30_000, http2 = fa
     port,
     files,
     logs,
+    destroyed,
     reached: async () => {
       await reachedOnce
       reachedOnce = new Promise<void>((resolve) => { arrived = resolve })
@@ -252,7 +257,7 @@ t.test('a stream sent after the plugin answered the problem in the handler\'s pl
   t.equal(file.destroyed, true, 'the file the handler sent after it is destroyed')
   if (!file.closed) await once(file, 'close')
   t.match(held.logs.join(''), /sent a stream after its content's problem was answered/, 'and that is logged')
-  for (const kind of ['pipe-only', 'nothing', 'missing', 'failing-destroy']) {
+  for (const kind of ['pipe-only', 'old-kind', 'nothing', 'missing', 'failing-destroy']) {
     const escaped = watchProcess(t)
     const logged = held.logs.length
     const response = await rawRequest(held.port, ['POST /after-the-answer HTTP/1.1', 'Host: localhost', 'Content-Type: application/octet-stream',
@@ -261,6 +266,7 @@ t.test('a stream sent after the plugin answered the problem in the handler\'s pl
     const lines = held.logs.slice(logged).join('')
     t.match(lines, kind === 'nothing' ? /Reply was already sent/ : /sent a stream after/, `${kind}: the later send logged, by Fastify when it is not a stream`)
     t.same(escaped, [], `${kind}: nothing reached the process`)
+    if (kind === 'old-kind') t.equal(held.destroyed.oldKind, 1, 'a stream of the old kind with destroy() is destroyed')
   }
 })
 
