@@ -1,5 +1,6 @@
 /** One send of a reply at a time through the route's response hooks. */
 import type { DoneFuncWithErrOrRes, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
+import { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import { kFirstPayload, kHeldSend, kResponseSend, kSentDigests } from '../symbols.js'
 import { sentTwice } from '../warnings.js'
@@ -13,7 +14,7 @@ interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: bool
 interface HeldSend {
   readonly payload: unknown
   readonly status: number
-  readonly message: string
+  readonly message: string | null
   readonly headers: Record<string, unknown>
   laterLogged: boolean
 }
@@ -73,7 +74,9 @@ export function holdSend (reply: SendingReply, payload: unknown): void {
   const headers = reply.getHeaders() as Record<string, unknown>
   // Fastify appends to a Set-Cookie list in place.
   for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
-  reply[kHeldSend] = { payload, status: reply.statusCode, message: reply.raw.statusMessage, headers, laterLogged: false }
+  // HTTP/2 has no status message, and warns when one is read or set.
+  const message = reply.raw instanceof ServerResponse ? reply.raw.statusMessage : null
+  reply[kHeldSend] = { payload, status: reply.statusCode, message, headers, laterLogged: false }
   // A stream's error while it waits is Fastify's to answer once it is sent: unheard, it would end the process.
   const stream = payload as { pipe?: unknown, on?: (event: string, listener: () => void) => void } | null
   if (typeof stream?.pipe === 'function' && typeof stream.on === 'function') stream.on('error', unheard)
@@ -96,8 +99,7 @@ export function asSent (reply: SendingReply): void {
     reply.header(name, value)
   }
   reply.code(held.status)
-  // HTTP/2 has none, and warns when one is set.
-  if (reply.raw.statusMessage !== held.message) reply.raw.statusMessage = held.message
+  if (held.message !== null) reply.raw.statusMessage = held.message
 }
 
 /** Hands the payload of the route's last response hook to Fastify, noting it for the send on its way. */

@@ -347,12 +347,18 @@ t.test('a handler that hijacks its reply after the send writes its own, as witho
 })
 
 t.test('over HTTP/2 too, a held reply goes with the status and fields it was sent with', async (t) => {
+  // Node warns once a process when an HTTP/2 response's status message is read or set.
+  const warnings: string[] = []
+  const warned = (warning: Error): void => { warnings.push(warning.message) }
+  process.on('warning', warned)
+  t.teardown(() => { process.off('warning', warned) })
   for (const path of ['/then-302', '/then-gzip', '/then-cookie']) {
     const expected = await post2(await serve(t, false, 30_000, true), path)
     const response = await post2(await serve(t, true, 30_000, true), path)
     t.equal(expected.head[':status'], 200, `${path}: Fastify alone sends the first send as it was`)
     t.same(response, expected, `${path}: so does the plugin, with the same fields and content`)
   }
+  t.same(warnings, [], 'without a warning of Node\'s')
 })
 
 /** Two requests pipelined on one connection, the first asking for digests: what came back, as text. */
