@@ -56,7 +56,7 @@ export function isFirstSend (reply: SendingReply, done: unknown): boolean {
  * it go before any error handler runs (one that hijacks the reply writes its own framing).
  */
 export function answersError (reply: SendingReply): boolean {
-  if (reply[kHeldSend] != null) return false
+  if (isHeld(reply)) return false
   reply[kResponseSend] = null
   if (reply[kSentDigests] != null) withdrawDigestFields(reply)
   return true
