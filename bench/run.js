@@ -11,7 +11,7 @@ import { mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { download, getEach, hashAlone, pinned, requestsPerSecond, startServer, undiciDownload, undiciRequests, upload } from './clients.js'
-import { clientSection, resumableSection, smallRequestsPart, staticSection, writeReport } from './report.js'
+import { clientSection, largeSection, resumableSection, smallRequestsPart, staticSection, writeReport } from './report.js'
 import { benchSeed, digestField, seededShuffle, smallJsonBody } from './shared.js'
 
 const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
@@ -116,7 +116,9 @@ async function uploads () {
     'plugin, sha-256': ['plugin', headers['sha-256']],
     'plugin, sha-512': ['plugin', headers['sha-512']],
     'streaming comparator, sha-256': ['streaming', headers['sha-256']],
-    'raw-body comparator, sha-256': ['raw-body', headers['sha-256']]
+    'raw-body comparator, sha-256': ['raw-body', headers['sha-256']],
+    'Fastify alone, createHash in the route, sha-256': ['hashing', headers['sha-256']],
+    'Fastify alone, createHash in the route, sha-512': ['hashing', headers['sha-512']]
   }
   // The server reads the socket in chunks of up to 64 KiB: the floor hashes the same bytes so.
   const floors = { 'createHash sha-256': 'sha256', 'createHash sha-512': 'sha512' }
@@ -128,7 +130,7 @@ async function uploads () {
       const before = await server.stats()
       const wall = await upload(server.url, block, uploadMiB, measured)
       const after = await server.stats()
-      return { wall, cpu: after.cpu - before.cpu, maxRSS: after.maxRSS }
+      return { wall, cpu: after.cpu - before.cpu, user: after.user - before.user, maxRSS: after.maxRSS }
     })
   })
   return { bytes: uploadMiB * MiB, samples }
@@ -282,6 +284,7 @@ if (process.env.BENCH_ONLY) {
   // The sections as the full report writes them.
   if (results.small !== undefined) log(smallRequestsPart(results.small))
   if (results.pipelined !== undefined) log(smallRequestsPart(results.pipelined))
+  if (results.large !== undefined) log(largeSection(results.large).text)
   if (results.client !== undefined) log(clientSection(results.client))
   if (results.static !== undefined) log(staticSection(results.static))
   if (results.resumable !== undefined) log(resumableSection(results.resumable))

@@ -6,6 +6,9 @@
 // - streaming: what a user writes with streams, a preParsing hook that pipes the payload through
 //   createHash and fails at its end on a mismatch;
 // - floor: the least code that keeps the plugin's guarantee for the common case (bench/floor.js);
+// - hashing: Fastify alone whose upload route hashes what it reads with createHash, the
+//   algorithm of the request's Content-Digest, and compares at the end: the least a server does
+//   to check an upload, with no guarantee to readers;
 // - static: @fastify/static alone, serving BENCH_STATIC_ROOT under /static/;
 // - static-digests: the same with the plugin and staticFileDigests().
 // It reports its port, then its CPU time and peak RSS whenever asked, to the parent over IPC.
@@ -70,7 +73,7 @@ if (variant === 'plugin') {
     options.setHeaders = staticFileDigests()
   }
   await app.register(fastifyStatic, options)
-} else if (variant !== 'bare') {
+} else if (variant !== 'bare' && variant !== 'hashing') {
   throw new Error(`unknown variant ${variant}`)
 }
 
@@ -88,15 +91,19 @@ app.post('/json', async (request) => ({ received: Object.keys(request.body).leng
 app.post('/bytes', async (request) => ({ received: request.body.length }))
 app.put('/upload', async (request) => {
   if (Buffer.isBuffer(request.body)) return { received: request.body.length }
+  const expected = variant === 'hashing' ? /^sha-(256|512)=:(.+):$/.exec(request.headers['content-digest'] ?? '') : null
+  const hash = expected === null ? null : createHash(`sha${expected[1]}`)
   let received = 0
   let chunks = 0
   await pipeline(request.body, new Writable({
     write (chunk, _encoding, callback) {
+      hash?.update(chunk)
       received += chunk.length
       chunks++
       callback()
     }
   }))
+  if (hash !== null && !hash.digest().equals(Buffer.from(expected[2], 'base64'))) throw mismatch()
   // How many chunks the bytes came in: the createHash floor hashes the same bytes in chunks of that size.
   return { received, chunks }
 })
@@ -144,7 +151,7 @@ await app.listen({ host: '127.0.0.1', port: 0 })
 process.on('message', async (message) => {
   if (message === 'stats') {
     const { user, system } = process.cpuUsage()
-    process.send({ cpu: (user + system) / 1e6, maxRSS: await peakRSS() })
+    process.send({ cpu: (user + system) / 1e6, user: user / 1e6, system: system / 1e6, maxRSS: await peakRSS() })
   }
 })
 process.send({ port: app.server.address().port })
