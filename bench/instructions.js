@@ -1,0 +1,72 @@
+// `node bench/instructions.js [warm-up] [requests] [variant[@build]:header ...]`: instructions a
+// 1 KiB JSON POST costs the server, counted by valgrind's callgrind, with the configurations of
+// bench/cpu-per-request.js (mix included). The count does not depend on the machine's speed, which on a shared
+// machine moves CPU time per request by up to 2x between processes of one build, so it resolves
+// differences of 1% where CPU time cannot resolve 5%. Each server runs under callgrind, counting
+// only while the measured requests run, after a warm-up that lets V8 optimise the hot path. One
+// connection sends one request at a time: with more, how many requests one turn of the event loop
+// takes depends on the machine's speed, and so does the count a request.
+// Instructions are not time (a cache miss or a slow instruction counts as one), so this shows
+// where work is, not what it costs; OpenSSL under callgrind hashes without the SHA extensions.
+import { execFileSync, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import autocannon from 'autocannon'
+import { digestField, median, smallJsonBody } from './shared.js'
+
+const [warmUp = 3000, measured = 2000, ...wanted] = process.argv.slice(2)
+const configs = wanted.length > 0 ? wanted : ['floor:sha-256', 'bare:none', 'plugin:none', 'plugin:sha-256']
+const body = smallJsonBody()
+const server = fileURLToPath(new URL('./server.js', import.meta.url))
+const out = mkdtempSync(join(tmpdir(), 'digest-instructions-'))
+
+async function count (config) {
+  const [name, algorithm] = config.split(':')
+  const [variant, build] = name.split('@')
+  const file = join(out, 'callgrind.out')
+  const child = spawn('valgrind', ['--tool=callgrind', '--instr-atstart=no', `--callgrind-out-file=${file}`, process.execPath, server, variant],
+    { stdio: ['ignore', 'ignore', 'ignore', 'ipc'], env: build === undefined ? process.env : { ...process.env, BENCH_PLUGIN: build } })
+  try {
+    const [{ port }] = await once(child, 'message')
+    // mix: every connection alternates a request with a sha-256 Content-Digest and one without.
+    const headers = { 'content-type': 'application/json' }
+    const field = { 'content-digest': digestField(algorithm === 'mix' ? 'sha-256' : algorithm, [body]) }
+    const requests = algorithm === 'mix' ? [{ headers }, { headers: { ...headers, ...field } }] : [{ headers: algorithm === 'none' ? headers : { ...headers, ...field } }]
+    const send = async (amount) => {
+      const result = await autocannon({ url: `http://127.0.0.1:${port}/json`, method: 'POST', body, requests, connections: 1, amount: Number(amount), timeout: 60 })
+      if (result.non2xx > 0 || result.errors > 0 || result['2xx'] !== Number(amount)) throw new Error(`${config}: ${result.non2xx} non-2xx, ${result.errors} errors`)
+    }
+    await send(warmUp)
+    execFileSync('callgrind_control', ['--instr=on', String(child.pid)], { stdio: 'ignore' })
+    await send(measured)
+    execFileSync('callgrind_control', ['--instr=off', String(child.pid)], { stdio: 'ignore' })
+  } finally {
+    child.kill()
+    await once(child, 'exit')
+  }
+  const totals = /^totals: (\d+)/m.exec(readFileSync(file, 'utf8'))
+  if (totals === null) throw new Error(`${config}: callgrind wrote no totals`)
+  return Number(totals[1]) / Number(measured)
+}
+
+// A server's count moves by a few percent when a collection or a compilation falls inside the
+// measured requests: each configuration is counted BENCH_REPEATS times (3), in rounds.
+const repeats = Number(process.env.BENCH_REPEATS ?? 3)
+try {
+  const samples = Object.fromEntries(configs.map((config) => [config, []]))
+  for (let round = 0; round < repeats; round++) {
+    for (const config of configs) samples[config].push(await count(config))
+  }
+  const [first] = configs
+  const base = median(samples[first])
+  const thousands = (value) => (value / 1000).toFixed(1)
+  for (const [config, values] of Object.entries(samples)) {
+    const value = median(values)
+    console.log(`${config.padEnd(22)} ${thousands(value).padStart(6)}k instructions/request (${thousands(Math.min(...values))}k to ${thousands(Math.max(...values))}k)${config === first ? '' : `  ${(value / base).toFixed(3)}x ${first}`}`)
+  }
+} finally {
+  rmSync(out, { recursive: true, force: true })
+}
