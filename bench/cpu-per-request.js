@@ -8,12 +8,11 @@
 // A/B tests of the hot path, plugin@<path to a build's index.js> loads another build: plugin@/tmp/a/index.js:sha-256.
 import autocannon from 'autocannon'
 import { startServer } from './clients.js'
-import { benchSeed, digestField, median, seededShuffle, smallJsonBody } from './shared.js'
+import { benchSeed, median, seededShuffle, smallJsonBody, smallJsonRequests } from './shared.js'
 
 const [rounds = 5, requests = 100000, ...wanted] = process.argv.slice(2)
 const configs = wanted.length > 0 ? wanted : ['bare:none', 'plugin:none', 'plugin:sha-256', 'raw-body:sha-256', 'streaming:sha-256']
 const body = smallJsonBody()
-const header = (algorithm) => algorithm === 'none' ? {} : { 'content-digest': digestField(algorithm, [body]) }
 const shuffled = seededShuffle(benchSeed)
 console.error(`seed ${benchSeed} (BENCH_SEED replays the order)`)
 const samples = Object.fromEntries(configs.map((config) => [config, []]))
@@ -23,9 +22,7 @@ async function measure (config) {
   const [variant, build] = name.split('@')
   const server = await startServer(variant, build === undefined ? process.env : { ...process.env, BENCH_PLUGIN: build })
   try {
-    const headers = { 'content-type': 'application/json', ...header(algorithm === 'mix' ? 'none' : algorithm) }
-    const alternating = algorithm === 'mix' ? [{ headers }, { headers: { ...headers, ...header('sha-256') } }] : undefined
-    const options = { url: `${server.url}/json`, method: 'POST', headers, body, connections: 50, ...(alternating === undefined ? {} : { requests: alternating }) }
+    const options = { url: `${server.url}/json`, method: 'POST', body, connections: 50, ...smallJsonRequests(algorithm, body) }
     await autocannon({ ...options, duration: 2 })
     const before = await server.stats()
     const result = await autocannon({ ...options, amount: Number(requests) })

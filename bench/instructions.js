@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import autocannon from 'autocannon'
-import { digestField, median, smallJsonBody } from './shared.js'
+import { median, smallJsonBody, smallJsonRequests } from './shared.js'
 
 const [warmUp = 3000, measured = 2000, ...wanted] = process.argv.slice(2)
 const configs = wanted.length > 0 ? wanted : ['floor:sha-256', 'bare:none', 'plugin:none', 'plugin:sha-256']
@@ -31,12 +31,8 @@ async function count (config) {
     { stdio: ['ignore', 'ignore', 'ignore', 'ipc'], env: build === undefined ? process.env : { ...process.env, BENCH_PLUGIN: build } })
   try {
     const [{ port }] = await once(child, 'message')
-    // mix: every connection alternates a request with a sha-256 Content-Digest and one without.
-    const headers = { 'content-type': 'application/json' }
-    const field = { 'content-digest': digestField(algorithm === 'mix' ? 'sha-256' : algorithm, [body]) }
-    const requests = algorithm === 'mix' ? [{ headers }, { headers: { ...headers, ...field } }] : [{ headers: algorithm === 'none' ? headers : { ...headers, ...field } }]
     const send = async (amount) => {
-      const result = await autocannon({ url: `http://127.0.0.1:${port}/json`, method: 'POST', body, requests, connections: 1, amount: Number(amount), timeout: 60 })
+      const result = await autocannon({ url: `http://127.0.0.1:${port}/json`, method: 'POST', body, ...smallJsonRequests(algorithm, body), connections: 1, amount: Number(amount), timeout: 60 })
       if (result.non2xx > 0 || result.errors > 0 || result['2xx'] !== Number(amount)) throw new Error(`${config}: ${result.non2xx} non-2xx, ${result.errors} errors`)
     }
     await send(warmUp)

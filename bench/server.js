@@ -11,7 +11,8 @@
 //   to check an upload, with no guarantee to readers;
 // - static: @fastify/static alone, serving BENCH_STATIC_ROOT under /static/;
 // - static-digests: the same with the plugin and staticFileDigests().
-// It reports its port, then its CPU time and peak RSS whenever asked, to the parent over IPC.
+// It reports its port, then its CPU time (and the user part of it) and peak RSS whenever asked, to
+// the parent over IPC.
 import { createHash, timingSafeEqual } from 'node:crypto'
 import { readFile } from 'node:fs/promises'
 import { Readable, Transform, Writable } from 'node:stream'
@@ -151,7 +152,7 @@ await app.listen({ host: '127.0.0.1', port: 0 })
 process.on('message', async (message) => {
   if (message === 'stats') {
     const { user, system } = process.cpuUsage()
-    process.send({ cpu: (user + system) / 1e6, user: user / 1e6, system: system / 1e6, maxRSS: await peakRSS() })
+    process.send({ cpu: (user + system) / 1e6, user: user / 1e6, maxRSS: await peakRSS() })
   }
 })
 process.send({ port: app.server.address().port })

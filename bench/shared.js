@@ -15,6 +15,19 @@ export function digestField (algorithm, chunks) {
   return `${algorithm}=:${hash.digest('base64')}:`
 }
 
+/**
+ * The autocannon options that send the 1 KiB JSON POST `body` with the Content-Digest `field`
+ * names: none, sha-256, sha-512, or mix, every connection alternating a request without a field
+ * and one with a sha-256 Content-Digest.
+ */
+export function smallJsonRequests (field, body) {
+  const headers = { 'content-type': 'application/json' }
+  const digested = (algorithm) => ({ headers: { ...headers, 'content-digest': digestField(algorithm, [body]) } })
+  if (field === 'none') return { headers }
+  if (field === 'mix') return { headers, requests: [{ headers }, digested('sha-256')] }
+  return digested(field)
+}
+
 /** A shuffle driven by mulberry32 from `seed`, so that BENCH_SEED replays the order of a run. */
 export function seededShuffle (seed) {
   let state = seed >>> 0
