@@ -4,19 +4,8 @@ import { lookupAlgorithm, type Algorithm } from './fields/algorithms.js'
 import type { Settings } from './options/settings.js'
 import { digestVerdict, VerifiedFiles } from './uploads/commit.js'
 import { invalidOption, unverifiedRoute } from './errors.js'
-import type { SuppliedDigests } from './response/digests.js'
-import {
-  kFirstPayload,
-  kHeldSend,
-  kResponseSend,
-  kPendingContent,
-  kRouteSettings,
-  kSentDigests,
-  kServedFile,
-  kSuppliedDigests,
-  kUnencodedDigest,
-  kVerifiedFiles
-} from './symbols.js'
+import { replyState, type SuppliedDigests } from './response/reply-state.js'
+import { kPendingContent, kReplyState, kRouteSettings, kVerifiedFiles } from './symbols.js'
 
 // false once the reply went without any: files asked for later can only be refused.
 type FilesRequest = FastifyRequest & { [kVerifiedFiles]?: VerifiedFiles | null | false }
@@ -39,13 +28,7 @@ export function decorate (fastify: FastifyInstance): void {
     const algorithm = settings?.algorithms.values().next().value ?? lookupAlgorithm('sha-256') as Algorithm
     return (this[kVerifiedFiles] = new VerifiedFiles(this, algorithm, files === false))
   })
-  fastify.decorateReply(kSuppliedDigests, null)
-  fastify.decorateReply(kServedFile, null)
-  fastify.decorateReply(kUnencodedDigest, null)
-  fastify.decorateReply(kFirstPayload, null)
-  fastify.decorateReply(kResponseSend, null)
-  fastify.decorateReply(kHeldSend, null)
-  fastify.decorateReply(kSentDigests, null)
+  fastify.decorateReply(kReplyState, null)
   fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
     // Any Uint8Array of the digest's length: what crypto and Web Crypto give alike.
     const checked: Record<string, Buffer> = {}
@@ -56,7 +39,7 @@ export function decorate (fastify: FastifyInstance): void {
       }
       checked[key] = Buffer.from(value.buffer, value.byteOffset, value.byteLength)
     }
-    ;(this as FastifyReply & { [kSuppliedDigests]: SuppliedDigests })[kSuppliedDigests] = checked
+    replyState(this).supplied = checked
     return this
   })
 }

@@ -162,7 +162,8 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
   // an asynchronous onRequest hook after this one (@fastify/multipart has one) lets the connection
   // deliver content, which must already pass through the verifier.
   fastify.addHook('onRequest', function judgeContentAtSource (request: DigestRequest, reply, done) {
-    const fields = digestFieldsOf(request.headers)
+    const { headers } = request
+    const fields = digestFieldsOf(headers)
     const noFields = fields === 'none'
     // A parent scope's registration ran first: content it took over stays with it, a mere watch
     // for trailer fields gives way to this scope's settings.
@@ -179,7 +180,7 @@ const plugin: FastifyPluginAsync<FastifyDigestFieldsOptions> = async (fastify: F
       return
     }
     const settings = settingsOf(request)
-    const resumable = settings?.resumable == null || !isUploadRequest(request.headers) ? null : settings.resumable
+    const resumable = settings?.resumable == null || !isUploadRequest(headers) ? null : settings.resumable
     if (settings === null || (noFields && !settings.required && resumable === null)) {
       request[kPendingContent] = settings === null ? null : watchTrailers(request, reply, settingsOf)
       done()

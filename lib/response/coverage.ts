@@ -1,18 +1,9 @@
 /** What a response's digests cover: the representation, the content sent, or the file it serves. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { ReadStream } from 'node:fs'
-import type { ResponseDigestField } from '../types.js'
 import type { FileRef } from './file-digests.js'
-import { kFirstPayload, kServedFile } from '../symbols.js'
 import { contentCodings } from '../fields/unencoded.js'
-
-/** The file a reply serves, as staticFileDigests() marks it, with the fields it sends unasked. */
-export interface ServedFile {
-  readonly path: string
-  readonly fields: readonly ResponseDigestField[]
-}
-
-export type FileReply = FastifyReply & { [kServedFile]?: ServedFile | null, [kFirstPayload]?: unknown }
+import { replyState } from './reply-state.js'
 
 export interface Coverage { content: boolean, repr: 'payload' | 'supplied' | 'none' }
 
@@ -45,12 +36,12 @@ export function codingsOfReply (reply: FastifyReply): string[] | null {
  * hook (@fastify/compress) has replaced the payload: a stream reading one, or, for a HEAD or 304
  * answer that sends none, the file staticFileDigests() marked.
  */
-export function fileOf (reply: FileReply, payload: unknown): FileRef | null {
-  if (reply[kFirstPayload] !== payload) return null
+export function fileOf (reply: FastifyReply, payload: unknown): FileRef | null {
+  const { firstPayload, servedFile: served } = replyState(reply)
+  if (firstPayload !== payload) return null
   // A stream sends the file's bytes only as it has not yet read, buffered or decoded any of them.
   if (payload instanceof ReadStream && typeof payload.path === 'string' && payload.readableEncoding === null &&
     !payload.readableDidRead && payload.readableLength === 0) return { path: payload.path, stream: payload }
-  const served = reply[kServedFile]
   const sendsNone = reply.request.method === 'HEAD' || reply.statusCode === 304
-  return served != null && sendsNone ? { path: served.path } : null
+  return served !== null && sendsNone ? { path: served.path } : null
 }

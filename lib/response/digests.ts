@@ -1,25 +1,17 @@
 /** Digests on responses: Want-* fields answered and unasked digests sent, in the header section where known first. */
 import type { onSendHookHandler } from 'fastify'
-import type { DigestAlgorithm } from '../types.js'
 import type { Algorithm } from '../fields/algorithms.js'
 import type { FileDigests } from './file-digests.js'
 import type { Settings } from '../options/settings.js'
-import { kFirstPayload, kSentDigests, kServedFile, kSuppliedDigests, kUnencodedDigest } from '../symbols.js'
 import { canTrail, digestsOfPayload } from './payload-digests.js'
 import { chosen, preferencesOf } from '../fields/preferences.js'
 import { representationAlgorithm } from './fields.js'
-import { codingsOfReply, coverage, fileOf, type FileReply } from './coverage.js'
+import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
 import { handOn } from './one-send.js'
-import { codingsToFindAgain, findDigestFields, mustHashToSign, placeDigestFields, withdrawDigestFields, type SentReply, type Unencoded } from './sent-fields.js'
-
-export type SuppliedDigests = Readonly<Partial<Record<DigestAlgorithm, Buffer>>>
-
-type DigestReply = FileReply & SentReply & {
-  [kSuppliedDigests]?: SuppliedDigests | null
-  [kUnencodedDigest]?: Unencoded | null
-}
+import { replyState } from './reply-state.js'
+import { codingsToFindAgain, findDigestFields, mustHashToSign, placeDigestFields, withdrawDigestFields } from './sent-fields.js'
 
 /**
  * An onSend hook, the first of the route's own, that finds the Unencoded-Digest of a response
@@ -28,11 +20,12 @@ type DigestReply = FileReply & SentReply & {
  */
 export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
   const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
-  return function findUnencodedDigest (request, reply: DigestReply, payload, done) {
+  return function findUnencodedDigest (request, reply, payload, done) {
+    const state = replyState(reply)
     // Hooks run again for the answer to an error: what an earlier payload found is not its.
-    reply[kUnencodedDigest] = null
-    reply[kFirstPayload] = payload
-    const served = reply[kServedFile]
+    state.unencoded = null
+    state.firstPayload = payload
+    const served = state.servedFile
     const wantField = request.headers['want-unencoded-digest']
     const unasked = unaskedOnRoute || served?.fields.includes('unencoded-digest') === true
     // Most responses are done with here, after three lookups.
@@ -43,7 +36,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const covers = coverage(request, reply.statusCode)
     const codings = codingsOfReply(reply)
     // A supplied digest is of the representation as the handler sent it: unencoded if uncoded.
-    const supplied = codings?.length === 0 ? reply[kSuppliedDigests] ?? null : null
+    const supplied = codings?.length === 0 ? state.supplied : null
     const algorithm = representationAlgorithm(settings, preferencesOf(wantField), unasked,
       (known) => supplied?.[known.key] !== undefined)
     if (algorithm === null || covers.repr === 'none' || codings === null) {
@@ -53,7 +46,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const value = supplied?.[algorithm.key]
     if (value !== undefined) {
       const digests = { now: new Map([[algorithm, value]]) }
-      reply[kUnencodedDigest] = { algorithm, digests, handedOn: payload, codings, status: reply.statusCode }
+      state.unencoded = { algorithm, digests, handedOn: payload, codings, status: reply.statusCode }
       done(null, payload)
       return
     }
@@ -65,7 +58,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const target = whole || file === null ? file : { path: file.path }
     digestsOfPayload(source, codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
-      reply[kUnencodedDigest] = { algorithm, digests, handedOn, codings, status: reply.statusCode }
+      state.unencoded = { algorithm, digests, handedOn, codings, status: reply.statusCode }
       continueSend(done, handedOn)
     }, () => { continueSend(done, payload) })
   }
@@ -83,16 +76,17 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
   const unsolicitedRepr = settings.responseDigests.includes('repr-digest')
   const preferred = settings.algorithms.values().next().value as Algorithm
 
-  return function sendDigests (request, reply: DigestReply, payload, done) {
-    if (reply[kSentDigests] != null) withdrawDigestFields(reply)
-    const wantContentField = request.headers['want-content-digest']
-    const wantReprField = request.headers['want-repr-digest']
-    const wantUnencodedField = request.headers['want-unencoded-digest']
-    const served = reply[kServedFile]
-    const found = reply[kUnencodedDigest] ?? null
+  return function sendDigests (request, reply, payload, done) {
+    const state = replyState(reply)
+    if (state.sent !== null) withdrawDigestFields(reply)
+    const { headers } = request
+    const wantContentField = headers['want-content-digest']
+    const wantReprField = headers['want-repr-digest']
+    const wantUnencodedField = headers['want-unencoded-digest']
+    const { servedFile: served, unencoded: found } = state
     const upload = uploadReprDigests(request, reply.statusCode, payload)
     if (wantContentField === undefined && wantReprField === undefined && wantUnencodedField === undefined &&
-      !unsolicitedContent && !unsolicitedRepr && served == null && found === null && upload === null) {
+      !unsolicitedContent && !unsolicitedRepr && served === null && found === null && upload === null) {
       handOn(reply, done, payload)
       return
     }
@@ -120,7 +114,7 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
       ? null
       : codingsToFindAgain(unencoded, reply.statusCode, payload, codings as string[], untouched(unencoded.handedOn))
     const supplied = upload?.digests ??
-      (codings?.length === 0 && untouched(reply[kFirstPayload]) ? reply[kSuppliedDigests] ?? null : null)
+      (codings?.length === 0 && untouched(state.firstPayload) ? state.supplied : null)
     const isSupplied = (algorithm: Algorithm): boolean => supplied?.[algorithm.key] !== undefined
     const fields = new Set([...settings.responseDigests, ...(served?.fields ?? [])])
     const wantContent = preferencesOf(wantContentField)

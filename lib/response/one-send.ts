@@ -2,28 +2,10 @@
 import type { DoneFuncWithErrOrRes, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
-import { kFirstPayload, kHeldSend, kResponseSend, kSentDigests } from '../symbols.js'
 import { sentTwice } from '../warnings.js'
 import { continueSend, type SendDone } from './continue-send.js'
-import { withdrawDigestFields, type SentReply } from './sent-fields.js'
-
-/** The send on its way (Fastify's callback for its onSend hooks), and what the last hook handed on. */
-interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: boolean }
-
-/** A success send held for the request's verdict, as it was sent, and whether a later send was logged. */
-interface HeldSend {
-  readonly payload: unknown
-  readonly status: number
-  readonly message: string | null
-  readonly headers: Record<string, unknown>
-  laterLogged: boolean
-}
-
-type SendingReply = SentReply & {
-  [kResponseSend]?: ResponseSend | null
-  [kHeldSend]?: HeldSend | null
-  [kFirstPayload]?: unknown
-}
+import { replyState, type ResponseSend } from './reply-state.js'
+import { withdrawDigestFields } from './sent-fields.js'
 
 /**
  * Whether a send that failed will not be sent: a route hook between the plugin's failed it, or the
@@ -42,10 +24,11 @@ function isOver (reply: FastifyReply, send: ResponseSend): boolean {
  * an onSend hook is async. The answer to an error always goes: one of 400 or above is not checked
  * here (it carries no digest), and the route's error handler lets any other through.
  */
-export function isFirstSend (reply: SendingReply, done: unknown): boolean {
-  const first = reply[kResponseSend]
-  if (first != null && !isOver(reply, first)) return false
-  reply[kResponseSend] = { done, handedOn: null, failed: false }
+export function isFirstSend (reply: FastifyReply, done: unknown): boolean {
+  const state = replyState(reply)
+  const first = state.send
+  if (first !== null && !isOver(reply, first)) return false
+  state.send = { done, handedOn: null, failed: false }
   return true
 }
 
@@ -55,28 +38,29 @@ export function isFirstSend (reply: SendingReply, done: unknown): boolean {
  * answer is a send of its own: the send that failed is not on its way, and the fields placed for
  * it go before any error handler runs (one that hijacks the reply writes its own framing).
  */
-export function answersError (reply: SendingReply): boolean {
-  if (isHeld(reply)) return false
-  reply[kResponseSend] = null
-  if (reply[kSentDigests] != null) withdrawDigestFields(reply)
+export function answersError (reply: FastifyReply): boolean {
+  const state = replyState(reply)
+  if (state.held !== null) return false
+  state.send = null
+  if (state.sent !== null) withdrawDigestFields(reply)
   return true
 }
 
 /** Whether a success send of the reply waits for the verdict: any later send is dropped. */
-export function isHeld (reply: SendingReply): boolean {
-  return reply[kHeldSend] != null
+export function isHeld (reply: FastifyReply): boolean {
+  return replyState(reply).held !== null
 }
 
 function unheard (): void {}
 
 /** Notes the status and fields of the reply's success send as it is held for the verdict. */
-export function holdSend (reply: SendingReply, payload: unknown): void {
+export function holdSend (reply: FastifyReply, payload: unknown): void {
   const headers = reply.getHeaders() as Record<string, unknown>
   // Fastify appends to a Set-Cookie list in place.
   for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
   // HTTP/2 has no status message, and warns when one is read or set.
   const message = reply.raw instanceof ServerResponse ? reply.raw.statusMessage : null
-  reply[kHeldSend] = { payload, status: reply.statusCode, message, headers, laterLogged: false }
+  replyState(reply).held = { payload, status: reply.statusCode, message, headers, laterLogged: false }
   // A stream's error while it waits is Fastify's to answer once it is sent: unheard, it would end the process.
   const stream = payload as { pipe?: unknown, on?: (event: string, listener: () => void) => void } | null
   if (typeof stream?.pipe === 'function' && typeof stream.on === 'function') stream.on('error', unheard)
@@ -87,10 +71,11 @@ export function holdSend (reply: SendingReply, payload: unknown): void {
  * a send at once, so what the application did to the reply after it (an error handler's answer to
  * an error thrown after the send, a field set) never goes with its payload.
  */
-export function asSent (reply: SendingReply): void {
-  const held = reply[kHeldSend]
-  if (held == null) return
-  reply[kHeldSend] = null
+export function asSent (reply: FastifyReply): void {
+  const state = replyState(reply)
+  const held = state.held
+  if (held === null) return
+  state.held = null
   const now = reply.getHeaders() as Record<string, unknown>
   for (const name in now) if (!(name in held.headers)) reply.removeHeader(name)
   for (const [name, value] of Object.entries(held.headers)) {
@@ -103,21 +88,21 @@ export function asSent (reply: SendingReply): void {
 }
 
 /** Hands the payload of the route's last response hook to Fastify, noting it for the send on its way. */
-export function handOn (reply: SendingReply, done: SendDone, payload: unknown): void {
-  const send = reply[kResponseSend]
+export function handOn (reply: FastifyReply, done: SendDone, payload: unknown): void {
+  const send = replyState(reply).send
   if (send?.done === done) send.handedOn = payload
   continueSend(done, payload)
 }
 
 /** Marks the send `done` is Fastify's callback for as failed, when it is the one on its way. */
-function failSend (reply: SendingReply, done: DoneFuncWithErrOrRes): void {
-  const send = reply[kResponseSend]
+function failSend (reply: FastifyReply, done: DoneFuncWithErrOrRes): void {
+  const send = replyState(reply).send
   if (send?.done === done) send.failed = true
 }
 
 /** A route hook between the plugin's two, whose failure ends the send it was on. */
 export function endsSendOnFailure (hook: onSendHookHandler): onSendHookHandler {
-  return function watchedOnSend (request, reply: SendingReply, payload, done) {
+  return function watchedOnSend (request, reply, payload, done) {
     // What the hook passes on goes to Fastify as it is: done(), done(error) or done(null, payload).
     const next = (...args: unknown[]): void => {
       if (args[0] != null) failSend(reply, done)
@@ -151,9 +136,9 @@ export function dropPayload (payload: unknown): void {
  * reply.send() and returned nothing sends again by itself); its stream destroyed, unless it is
  * the one that goes.
  */
-export function dropLaterSend (request: FastifyRequest, reply: SendingReply, payload: unknown): void {
-  const held = reply[kHeldSend]
+export function dropLaterSend (request: FastifyRequest, reply: FastifyReply, payload: unknown): void {
+  const { held, firstPayload } = replyState(reply)
   if (held?.laterLogged !== true) request.log.warn(sentTwice(request.method, request.url))
-  if (held != null) held.laterLogged = true
-  if (payload !== held?.payload && payload !== reply[kFirstPayload]) dropPayload(payload)
+  if (held !== null) held.laterLogged = true
+  if (payload !== held?.payload && payload !== firstPayload) dropPayload(payload)
 }

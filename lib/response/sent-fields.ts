@@ -5,31 +5,14 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import { distinct, type Algorithm } from '../fields/algorithms.js'
 import type { Settings } from '../options/settings.js'
-import { kSentDigests } from '../symbols.js'
-import { fileOf, type Coverage, type FileReply } from './coverage.js'
+import { fileOf, type Coverage } from './coverage.js'
 import { addVary, field } from './fields.js'
 import type { FileDigests } from './file-digests.js'
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
+import { replyState, type SentDigests, type Unencoded } from './reply-state.js'
 
 type SentField = 'content-digest' | 'repr-digest'
 type TrailerValue = (reply: FastifyReply, payload: unknown, callback: (error: Error | null, value: string) => void) => void
-
-/** The fields a pass of the hook placed, to take back if the hooks run again for an error. */
-export interface SentDigests { readonly headers: string[], readonly trailers: string[] }
-
-export type SentReply = FastifyReply & { [kSentDigests]?: SentDigests | null }
-
-/**
- * An Unencoded-Digest found by the route's first hook, before a coding is added: of the payload it
- * handed on, which had `codings`, with `status`.
- */
-export interface Unencoded {
-  readonly algorithm: Algorithm
-  readonly digests: Digests
-  readonly handedOn: unknown
-  readonly codings: readonly string[]
-  readonly status: number
-}
 
 /**
  * The codings to remove from the payload that reaches the last hook to find its Unencoded-Digest
@@ -82,7 +65,7 @@ export interface Placement {
  * Nothing is placed yet: a second send of the same reply (an async handler that called
  * reply.send() and returned nothing) may run the hooks meanwhile, and must not mix its fields in.
  */
-export async function findDigestFields (request: FastifyRequest, reply: FileReply, payload: unknown, plan: Sending):
+export async function findDigestFields (request: FastifyRequest, reply: FastifyReply, payload: unknown, plan: Sending):
 Promise<Placement> {
   const { contentAlgorithm, reprSupplied, covers, files, settings } = plan
   const reprAlgorithm = reprSupplied === undefined ? plan.reprAlgorithm : null
@@ -147,14 +130,14 @@ Promise<Placement> {
 }
 
 /** Places the fields found on the reply, which Fastify writes in the same turn. */
-export function placeDigestFields (reply: SentReply, placement: Placement): void {
+export function placeDigestFields (reply: FastifyReply, placement: Placement): void {
   // A response that depends on the preference fields says so to caches (RFC 9110 section 12.5.5).
   if (placement.varies.length > 0) addVary(reply, placement.varies)
   for (const [name, value] of placement.headers) reply.header(name, value)
   // Trailers and Content-Length do not go together (RFC 9112 section 6.1).
   if (placement.trailers.length > 0) reply.removeHeader('content-length')
   for (const [name, value] of placement.trailers) reply.trailer(name, value)
-  reply[kSentDigests] = {
+  replyState(reply).sent = {
     headers: placement.headers.map(([name]) => name),
     trailers: placement.trailers.map(([name]) => name)
   }
@@ -165,8 +148,9 @@ export function placeDigestFields (reply: SentReply, placement: Placement): void
  * an error (a stream that failed before its first byte), whose body they do not describe, and
  * whose Content-Length would otherwise go out with the chunked framing trailers asked for.
  */
-export function withdrawDigestFields (reply: SentReply): void {
-  const { headers, trailers } = reply[kSentDigests] as SentDigests
+export function withdrawDigestFields (reply: FastifyReply): void {
+  const state = replyState(reply)
+  const { headers, trailers } = state.sent as SentDigests
   for (const name of headers) reply.removeHeader(name)
   for (const name of trailers) reply.removeTrailer(name)
   if (trailers.length > 0) {
@@ -176,5 +160,5 @@ export function withdrawDigestFields (reply: SentReply): void {
     // to the close of the connection: the next answer is framed as any other (RFC 9112 section 6).
     if (!reply.raw.headersSent) Object.assign(reply.raw, { _removedTE: false, _removedContLen: false })
   }
-  reply[kSentDigests] = null
+  state.sent = null
 }

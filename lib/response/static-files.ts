@@ -4,10 +4,7 @@ import type { Stats } from 'node:fs'
 import type { StaticFileDigestsOptions } from '../types.js'
 import { invalidOption } from '../errors.js'
 import { checkResponseFields } from '../options/checks.js'
-import { kServedFile } from '../symbols.js'
-import type { ServedFile } from './coverage.js'
-
-type MarkedReply = FastifyReply & { [kServedFile]?: ServedFile | null }
+import { replyState } from './reply-state.js'
 
 /**
  * A `setHeaders` for @fastify/static (10 or later, which hands it the reply): every file it
@@ -23,7 +20,7 @@ export function staticFileDigests (options: StaticFileDigestsOptions = {}):
   }
   const fields = [...responseDigests]
   return function setDigestHeaders (reply, path, stat) {
-    ;(reply as MarkedReply)[kServedFile] = { path, fields }
+    replyState(reply).servedFile = { path, fields }
     setHeaders?.(reply, path, stat)
   }
 }
