@@ -30,6 +30,9 @@ export function decorate (fastify: FastifyInstance): void {
   })
   fastify.decorateReply(kReplyState, null)
   fastify.decorateReply('reprDigest', function reprDigest (this: FastifyReply, digests: SuppliedDigests) {
+    if (typeof digests !== 'object' || digests === null || Array.isArray(digests)) {
+      throw invalidOption('reply.reprDigest', 'takes an object of digests by algorithm')
+    }
     // Any Uint8Array of the digest's length: what crypto and Web Crypto give alike.
     const checked: Record<string, Buffer> = {}
     for (const [key, value] of Object.entries(digests) as Array<[string, unknown]>) {

@@ -8,10 +8,9 @@ import { chosen, preferencesOf } from '../fields/preferences.js'
 import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
-import { continueSend } from './continue-send.js'
-import { handOn } from './one-send.js'
+import { handOn, passOn } from './one-send.js'
 import { replyState } from './reply-state.js'
-import { codingsToFindAgain, findDigestFields, mustHashToSign, placeDigestFields, withdrawDigestFields } from './sent-fields.js'
+import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
 
 /**
  * An onSend hook, the first of the route's own, that finds the Unencoded-Digest of a response
@@ -59,8 +58,8 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     digestsOfPayload(source, codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
       state.unencoded = { algorithm, digests, handedOn, codings, status: reply.statusCode }
-      continueSend(done, handedOn)
-    }, () => { continueSend(done, payload) })
+      passOn(reply, done, handedOn)
+    }, () => { passOn(reply, done, payload) })
   }
 }
 
@@ -132,9 +131,7 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     const reprSupplied = reprAlgorithm === null ? undefined : supplied?.[reprAlgorithm.key]
     const plan = { contentAlgorithm, reprAlgorithm, reprSupplied, unencoded, unencodedAgain, varies, covers, files, settings }
     // Placed in the turn that hands the reply on, which Fastify then writes (this hook is the last).
-    findDigestFields(request, reply, payload, plan).then((placement) => {
-      placeDigestFields(reply, placement)
-      handOn(reply, done, placement.payload)
-    }, () => { handOn(reply, done, payload) })
+    findDigestFields(request, reply, payload, plan).then((placement) => { handOn(reply, done, placement.payload, placement) },
+      () => { handOn(reply, done, payload) })
   }
 }

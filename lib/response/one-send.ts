@@ -5,7 +5,7 @@ import { Readable } from 'node:stream'
 import { sentTwice } from '../warnings.js'
 import { continueSend, type SendDone } from './continue-send.js'
 import { replyState, type ResponseSend } from './reply-state.js'
-import { withdrawDigestFields } from './sent-fields.js'
+import { placeDigestFields, withdrawDigestFields, type Placement } from './sent-fields.js'
 
 /**
  * Whether a send that failed will not be sent: a route hook between the plugin's failed it, or the
@@ -41,6 +41,7 @@ export function isFirstSend (reply: FastifyReply, done: unknown): boolean {
 export function answersError (reply: FastifyReply): boolean {
   const state = replyState(reply)
   if (state.held !== null) return false
+  if (state.send !== null) state.replaced = state.send.done
   state.send = null
   if (state.sent !== null) withdrawDigestFields(reply)
   return true
@@ -87,10 +88,28 @@ export function asSent (reply: FastifyReply): void {
   if (held.message !== null) reply.raw.statusMessage = held.message
 }
 
-/** Hands the payload of the route's last response hook to Fastify, noting it for the send on its way. */
-export function handOn (reply: FastifyReply, done: SendDone, payload: unknown): void {
-  const send = replyState(reply).send
-  if (send?.done === done) send.handedOn = payload
+/**
+ * Hands on a payload from a response hook that waited, or drops it when the answer to an error
+ * replaced its send meanwhile: Fastify has written that answer, and would write this one into it
+ * (over HTTP/1.1 the connection closed under the client, over HTTP/2 the stream reset).
+ */
+export function passOn (reply: FastifyReply, done: SendDone, payload: unknown): void {
+  if (replyState(reply).replaced === done) dropPayload(payload)
+  else continueSend(done, payload)
+}
+
+/**
+ * Hands the payload of the route's last response hook to Fastify with the fields found for it,
+ * noting it for the send on its way; as passOn, nothing of a replaced send.
+ */
+export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement): void {
+  const state = replyState(reply)
+  if (state.replaced === done) {
+    dropPayload(payload)
+    return
+  }
+  if (placement !== undefined) placeDigestFields(reply, placement)
+  if (state.send?.done === done) state.send.handedOn = payload
   continueSend(done, payload)
 }
 

@@ -58,6 +58,10 @@ t.test('a refused option and a bad reply.reprDigest argument have the code of in
   await other.register(fastifyDigestFields)
   other.get('/', async (_request, reply) => {
     t.throws(() => reply.reprDigest({ 'sha-256': Buffer.alloc(3) }), { name: 'TypeError', code: 'FST_DIGEST_FIELDS_INVALID_OPTION' })
+    // Found by the attack on the reply's state: these threw without the code, or were taken as nothing.
+    for (const digests of [null, undefined, 5, 'sha-256', [Buffer.alloc(32)]]) {
+      t.throws(() => reply.reprDigest(digests as never), { name: 'TypeError', code: 'FST_DIGEST_FIELDS_INVALID_OPTION' }, String(digests))
+    }
     return 'ok'
   })
   t.equal((await other.inject('/')).statusCode, 200)
