@@ -41,10 +41,19 @@ export function isFirstSend (reply: FastifyReply, done: unknown): boolean {
 export function answersError (reply: FastifyReply): boolean {
   const state = replyState(reply)
   if (state.held !== null) return false
-  if (state.send !== null) state.replaced = state.send.done
-  state.send = null
+  replaceWaitingSend(reply)
   if (state.sent !== null) withdrawDigestFields(reply)
   return true
+}
+
+/**
+ * Notes that the success send waiting in the route's hooks, if any, is replaced by an answer of
+ * 400 or above (a later send, or the answer to an error): it is dropped where it waits (passOn).
+ */
+export function replaceWaitingSend (reply: FastifyReply): void {
+  const state = replyState(reply)
+  if (state.send !== null) state.replaced = state.send.done
+  state.send = null
 }
 
 /** Whether a success send of the reply waits for the verdict: any later send is dropped. */
@@ -113,10 +122,14 @@ export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, p
   continueSend(done, payload)
 }
 
-/** Marks the send `done` is Fastify's callback for as failed, when it is the one on its way. */
-function failSend (reply: FastifyReply, done: DoneFuncWithErrOrRes): void {
+/**
+ * Marks the send `done` is Fastify's callback for as failed, when it is the one on its way; the
+ * payload the failed hook had is not sent, and its stream is destroyed, so that a file is closed.
+ */
+function failSend (reply: FastifyReply, done: DoneFuncWithErrOrRes, payload: unknown): void {
   const send = replyState(reply).send
   if (send?.done === done) send.failed = true
+  dropPayload(payload)
 }
 
 /** A route hook between the plugin's two, whose failure ends the send it was on. */
@@ -124,19 +137,19 @@ export function endsSendOnFailure (hook: onSendHookHandler): onSendHookHandler {
   return function watchedOnSend (request, reply, payload, done) {
     // What the hook passes on goes to Fastify as it is: done(), done(error) or done(null, payload).
     const next = (...args: unknown[]): void => {
-      if (args[0] != null) failSend(reply, done)
+      if (args[0] != null) failSend(reply, done, payload)
       ;(done as (...args: unknown[]) => void)(...args)
     }
     let result: unknown
     try {
       result = hook.call(this, request, reply, payload, next as DoneFuncWithErrOrRes)
     } catch (error) {
-      failSend(reply, done)
+      failSend(reply, done, payload)
       throw error
     }
     if (typeof (result as Promise<unknown> | undefined)?.then !== 'function') return result as undefined
     return (result as Promise<unknown>).then(undefined, (error: unknown) => {
-      failSend(reply, done)
+      failSend(reply, done, payload)
       throw error
     }) as never
   }

@@ -3,7 +3,7 @@ import type { onSendHookHandler, RouteOptions } from 'fastify'
 import type { Settings } from '../options/settings.js'
 import { kSendDigests } from '../symbols.js'
 import { findUnencodedDigest, responseDigests } from './digests.js'
-import { dropLaterSend, endsSendOnFailure, isFirstSend } from './one-send.js'
+import { dropLaterSend, endsSendOnFailure, isFirstSend, replaceWaitingSend } from './one-send.js'
 import type { FileDigests } from './file-digests.js'
 
 type ScheduledRoute = RouteOptions & { [kSendDigests]?: Settings }
@@ -35,10 +35,14 @@ export function addResponseHooks (route: ScheduledRoute, settings: Settings, fil
   })
 }
 
-/** The route's first response hook, for the first send to reach it (one-send.ts); a later one is dropped. */
+/**
+ * The route's first response hook, for the first success send to reach it (one-send.ts); a later
+ * one is dropped, and an answer of 400 or above replaces one still waiting.
+ */
 function oneSendAtATime (hook: onSendHookHandler): onSendHookHandler {
   return function firstResponseHook (request, reply, payload, done) {
-    if (reply.statusCode < 400 && !isFirstSend(reply, done)) {
+    if (reply.statusCode >= 400) replaceWaitingSend(reply)
+    else if (!isFirstSend(reply, done)) {
       dropLaterSend(request, reply, payload)
       return
     }

@@ -5,9 +5,12 @@
 // finished response. Over HTTP/1.1 the connection was closed under the client, its next request
 // never answered; over HTTP/2 the stream was reset with INTERNAL_ERROR after the answer, which a
 // browser takes for a network error. A send that an answer to an error replaced is now dropped,
-// its stream destroyed.
+// its stream destroyed. The second attack found the same with a later send of 400 or above (the
+// status of the one, the body of the other, or two files in one body, and pipelined requests
+// unanswered), which now replaces the send waiting as the answer to an error does; and a file whose
+// send a route's own hook failed left open, which is now closed (Fastify alone leaves it open).
 import { once } from 'node:events'
-import { createReadStream, writeFileSync } from 'node:fs'
+import { createReadStream, ReadStream } from 'node:fs'
 import { connect as h2connect } from 'node:http2'
 import { connect } from 'node:net'
 import { join } from 'node:path'
@@ -27,10 +30,16 @@ const answers: Record<string, number> = {
   '/stream-then-throw': 500,
   '/error-handler-answers-with-a-stream': 503,
   // A file is hashed before it is sent, and a hook of the route's own sits between the plugin's.
-  '/file-then-throw': 500
+  '/file-then-throw': 500,
+  '/send-then-a-404-file': 404,
+  '/file-then-a-503-file': 503,
+  '/hook-fails-a-file': 500
 }
 
-async function serve (t: Tap, http2: boolean, responseDigests: string[]): Promise<{ port: number, destroyed: string[], fileClosed: Promise<void> }> {
+/** The files each server opens, each closed once whatever was done with it. */
+const files = ['never-sent.txt', 'replaced.txt', 'failed.txt', 'error-page.txt', 'error-page-2.txt']
+
+async function serve (t: Tap, http2: boolean, responseDigests: string[]): Promise<{ port: number, destroyed: string[], filesClosed: Promise<unknown[]> }> {
   const app = Fastify({ http2 } as object) as unknown as FastifyInstance
   await app.register(fastifyDigestFields, { responseDigests } as object)
   const destroyed: string[] = []
@@ -48,21 +57,30 @@ async function serve (t: Tap, http2: boolean, responseDigests: string[]): Promis
   app.get('/error-handler-answers-with-a-stream', {
     errorHandler: (_error, _request, reply) => { reply.code(503).send(Readable.from(['handled'])) }
   }, async (_request, reply) => { reply.send('first'); throw new Error('after the send') })
-  const path = join(t.testdir(), 'never-sent.txt')
-  writeFileSync(path, 'a file whose send was replaced')
-  let closed = (): void => {}
-  const fileClosed = new Promise<void>((resolve) => { closed = resolve })
+  const folder = t.testdir(Object.fromEntries(files.map((name) => [name, name.startsWith('error-page') ? 'an error page' : 'the first file'])))
+  const closes: Array<Promise<unknown>> = []
+  const open = (name: string): ReadStream => {
+    const file = createReadStream(join(folder, name))
+    closes.push(once(file, 'close'))
+    return file
+  }
   app.get('/file-then-throw', { onSend: async (_request, _reply, payload) => payload }, async (_request, reply) => {
-    reply.send(createReadStream(path).once('close', closed))
+    reply.send(open('never-sent.txt'))
     throw new Error('after the send')
   })
+  app.get('/send-then-a-404-file', (_request, reply) => { reply.send('first'); reply.code(404).send(open('error-page.txt')) })
+  app.get('/file-then-a-503-file', (_request, reply) => { reply.send(open('replaced.txt')); reply.code(503).send(open('error-page-2.txt')) })
+  app.get('/hook-fails-a-file', {
+    onSend: async (_request, _reply, payload) => { if (payload instanceof ReadStream || payload instanceof Readable) throw new Error('a hook failed'); return payload }
+  }, async (_request, reply) => reply.send(open('failed.txt')))
   app.get('/next', async () => 'next')
   t.teardown(() => app.close())
-  return { port: await listen(app), destroyed, fileClosed }
+  const port = await listen(app)
+  return { port, destroyed, get filesClosed () { return Promise.all(closes) } }
 }
 
-/** Two requests on one HTTP/1.1 connection, the second closing it: every status line the server wrote, and the last body. */
-async function twoOnOneConnection (port: number, path: string, headers: string[]): Promise<{ statuses: string[], last: string }> {
+/** Two requests on one HTTP/1.1 connection, the second closing it: every status line the server wrote, the last body, and all it wrote. */
+async function twoOnOneConnection (port: number, path: string, headers: string[]): Promise<{ statuses: string[], last: string, text: string }> {
   const socket = connect({ host: '127.0.0.1', port })
   await once(socket, 'connect')
   const received: Buffer[] = []
@@ -71,11 +89,12 @@ async function twoOnOneConnection (port: number, path: string, headers: string[]
   socket.write(['GET /next HTTP/1.1', 'Host: localhost', 'Connection: close', '', ''].join('\r\n'))
   await once(socket, 'close')
   const text = Buffer.concat(received).toString('latin1')
-  return { statuses: text.match(/HTTP\/1\.1 \d+/g) ?? [], last: text.slice(text.lastIndexOf('\r\n\r\n') + 4) }
+  return { statuses: text.match(/HTTP\/1\.1 \d+/g) ?? [], last: text.slice(text.lastIndexOf('\r\n\r\n') + 4), text }
 }
 
-/** One HTTP/2 request: its status, whether its stream ended, and the code it closed with. */
-async function overHttp2 (port: number, path: string, headers: Record<string, string>): Promise<{ status: number, ended: boolean, rstCode: number }> {
+/** One HTTP/2 request: its status, whether its stream ended, the code it closed with, and whether its body had the first send's. */
+async function overHttp2 (port: number, path: string, headers: Record<string, string>):
+Promise<{ status: number, ended: boolean, rstCode: number, first: boolean }> {
   const session = h2connect(`http://127.0.0.1:${port}`)
   session.on('error', () => {})
   try {
@@ -85,9 +104,10 @@ async function overHttp2 (port: number, path: string, headers: Record<string, st
     let ended = false
     stream.once('response', (fields) => { status = Number(fields[':status']) })
     stream.on('end', () => { ended = true })
-    stream.resume()
+    let body = ''
+    stream.on('data', (chunk: Buffer) => { body += chunk.toString() })
     await new Promise((resolve) => stream.once('close', resolve))
-    return { status, ended, rstCode: stream.rstCode ?? -1 }
+    return { status, ended, rstCode: stream.rstCode ?? -1, first: body.includes('first') }
   } finally {
     session.close()
   }
@@ -101,23 +121,24 @@ const clients: Array<[string, string[], string[]]> = [
 
 for (const [name, responseDigests, headers] of clients) {
   t.test(`${name}: the answer to the error goes, and the connection is kept for the next request`, async (t) => {
-    const { port, destroyed, fileClosed } = await serve(t, false, responseDigests)
+    const server = await serve(t, false, responseDigests)
     for (const [path, status] of Object.entries(answers)) {
-      const { statuses, last } = await twoOnOneConnection(port, path, headers)
+      const { statuses, last, text } = await twoOnOneConnection(server.port, path, headers)
       t.same(statuses, [`HTTP/1.1 ${status}`, 'HTTP/1.1 200'], `${path}: the error answered, then the next request`)
       t.equal(last, 'next')
+      t.notOk(text.includes('first'), `${path}: nothing of the send replaced`)
     }
-    t.same(destroyed, ['first stream'], 'the stream of the send replaced is destroyed')
-    await fileClosed
+    t.same(server.destroyed, ['first stream'], 'the stream of the send replaced is destroyed')
+    t.equal((await server.filesClosed).length, files.length, 'every file opened is closed')
   })
 
   t.test(`${name}, over HTTP/2: the answer to the error ends its stream without a reset`, async (t) => {
-    const { port, destroyed, fileClosed } = await serve(t, true, responseDigests)
+    const server = await serve(t, true, responseDigests)
     const want = Object.fromEntries(headers.map((line) => line.toLowerCase().split(': ') as [string, string]))
     for (const [path, status] of Object.entries(answers)) {
-      t.same(await overHttp2(port, path, want), { status, ended: true, rstCode: 0 }, path)
+      t.same(await overHttp2(server.port, path, want), { status, ended: true, rstCode: 0, first: false }, path)
     }
-    t.same(destroyed, ['first stream'])
-    await fileClosed
+    t.same(server.destroyed, ['first stream'])
+    t.equal((await server.filesClosed).length, files.length)
   })
 }
