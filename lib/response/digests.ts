@@ -8,7 +8,7 @@ import { chosen, preferencesOf } from '../fields/preferences.js'
 import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
-import { handOn, passOn } from './one-send.js'
+import { dropPayload, handOn, passOn, wasReplaced } from './one-send.js'
 import { replyState } from './reply-state.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
 
@@ -21,6 +21,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
   const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
   return function findUnencodedDigest (request, reply, payload, done) {
     const state = replyState(reply)
+    const send = state.send
     // Hooks run again for the answer to an error: what an earlier payload found is not its.
     state.unencoded = null
     state.firstPayload = payload
@@ -57,9 +58,10 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const target = whole || file === null ? file : { path: file.path }
     digestsOfPayload(source, codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
-      state.unencoded = { algorithm, digests, handedOn, codings, status: reply.statusCode }
-      passOn(reply, done, handedOn)
-    }, () => { passOn(reply, done, payload) })
+      // A send replaced meanwhile leaves nothing for the answer that replaced it.
+      if (state.send === send) state.unencoded = { algorithm, digests, handedOn, codings, status: reply.statusCode }
+      passOn(reply, send, done, handedOn)
+    }, () => { passOn(reply, send, done, payload) })
   }
 }
 
@@ -76,6 +78,11 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
   const preferred = settings.algorithms.values().next().value as Algorithm
 
   return function sendDigests (request, reply, payload, done) {
+    // A send replaced while a route hook between made it wait must not take the answer's fields back.
+    if (wasReplaced(reply, done)) {
+      dropPayload(payload)
+      return
+    }
     const state = replyState(reply)
     if (state.sent !== null) withdrawDigestFields(reply)
     const { headers } = request

@@ -98,12 +98,21 @@ export function asSent (reply: FastifyReply): void {
 }
 
 /**
- * Hands on a payload from a response hook that waited, or drops it when the answer to an error
- * replaced its send meanwhile: Fastify has written that answer, and would write this one into it
- * (over HTTP/1.1 the connection closed under the client, over HTTP/2 the stream reset).
+ * Whether an answer replaced the send `done` is Fastify's callback for while it waited: Fastify has
+ * written that answer, and would write this one into it (over HTTP/1.1 the connection closed under
+ * the client, over HTTP/2 the stream reset). What the send found is then not the answer's.
  */
-export function passOn (reply: FastifyReply, done: SendDone, payload: unknown): void {
-  if (replyState(reply).replaced === done) dropPayload(payload)
+export function wasReplaced (reply: FastifyReply, done: unknown): boolean {
+  return replyState(reply).replaced === done
+}
+
+/**
+ * Hands on a payload from the route's first response hook once it waited, or drops it when the
+ * send that was on its way as the hook began (`send`) was replaced meanwhile. That hook may have a
+ * callback of the plugin's for `done` (inSequence), so the send itself is compared.
+ */
+export function passOn (reply: FastifyReply, send: ResponseSend | null, done: SendDone, payload: unknown): void {
+  if (replyState(reply).send !== send) dropPayload(payload)
   else continueSend(done, payload)
 }
 
@@ -112,11 +121,11 @@ export function passOn (reply: FastifyReply, done: SendDone, payload: unknown): 
  * noting it for the send on its way; as passOn, nothing of a replaced send.
  */
 export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement): void {
-  const state = replyState(reply)
-  if (state.replaced === done) {
+  if (wasReplaced(reply, done)) {
     dropPayload(payload)
     return
   }
+  const state = replyState(reply)
   if (placement !== undefined) placeDigestFields(reply, placement)
   if (state.send?.done === done) state.send.handedOn = payload
   continueSend(done, payload)

@@ -9,6 +9,7 @@
 // status of the one, the body of the other, or two files in one body, and pipelined requests
 // unanswered), which now replaces the send waiting as the answer to an error does; and a file whose
 // send a route's own hook failed left open, which is now closed (Fastify alone leaves it open).
+import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { createReadStream, ReadStream } from 'node:fs'
 import { connect as h2connect } from 'node:http2'
@@ -17,6 +18,7 @@ import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
+import { request } from 'undici'
 import fastifyDigestFields from '../../lib/index.js'
 import { listen, type Tap } from '../helpers.js'
 
@@ -142,3 +144,41 @@ for (const [name, responseDigests, headers] of clients) {
     t.equal((await server.filesClosed).length, files.length)
   })
 }
+
+// The second attack also found an error handler's success answer without its digests: the send it
+// replaced, a file hashed before it is sent, went on once its digests came, while the answer
+// streamed, wrote what it found over the answer's, and took the answer's trailer fields back. The
+// route's first hook is handed a callback of the plugin's when the two run as one, so it now tells
+// a replaced send by the send it began on.
+t.test('an error handler that answers with a success keeps the digests of its own answer', async (t) => {
+  const app = Fastify()
+  await app.register(fastifyDigestFields, { responseDigests: ['content-digest', 'repr-digest', 'unencoded-digest'] })
+  const folder = t.testdir({ 'replaced.txt': 'the file the answer replaced' })
+  let replaced: ReadStream | null = null
+  // An answer that ends only once the send it replaced is let go, after the file's digests came.
+  app.setErrorHandler((_error, _request, reply) => {
+    const file = replaced as ReadStream
+    const parts = ['the ', 'answer']
+    reply.code(200).send(new Readable({
+      read () {
+        const part = parts.shift()
+        if (part !== 'answer' || file.destroyed) this.push(part ?? null)
+        else file.once('close', () => { this.push(part); this.push(null) })
+      }
+    }))
+  })
+  app.get('/file-then-throw', async (_request, reply) => {
+    replaced = createReadStream(join(folder, 'replaced.txt'))
+    reply.send(replaced)
+    throw new Error('after the send')
+  })
+  t.teardown(() => app.close())
+  const port = await listen(app)
+  const sha256 = `sha-256=:${createHash('sha256').update('the answer').digest('base64')}:`
+  // From the second request on, the file's digests are cached, and come in the answer's first turns.
+  for (let i = 0; i < 4; i++) {
+    const response = await request(`http://127.0.0.1:${port}/file-then-throw`)
+    t.equal(await response.body.text(), 'the answer')
+    t.same(response.trailers, { 'content-digest': sha256, 'repr-digest': sha256, 'unencoded-digest': sha256 }, `request ${i + 1}: the answer's digests`)
+  }
+})
