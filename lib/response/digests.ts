@@ -83,8 +83,8 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
       dropPayload(payload)
       return
     }
+    withdrawDigestFields(reply)
     const state = replyState(reply)
-    if (state.sent !== null) withdrawDigestFields(reply)
     const { headers } = request
     const wantContentField = headers['want-content-digest']
     const wantReprField = headers['want-repr-digest']

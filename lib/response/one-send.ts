@@ -39,10 +39,9 @@ export function isFirstSend (reply: FastifyReply, done: unknown): boolean {
  * it go before any error handler runs (one that hijacks the reply writes its own framing).
  */
 export function answersError (reply: FastifyReply): boolean {
-  const state = replyState(reply)
-  if (state.held !== null) return false
+  if (isHeld(reply)) return false
   replaceWaitingSend(reply)
-  if (state.sent !== null) withdrawDigestFields(reply)
+  withdrawDigestFields(reply)
   return true
 }
 

@@ -54,7 +54,7 @@ export class ReplyState {
   firstPayload: unknown = null
   /** The send the route's response hooks are on. */
   send: ResponseSend | null = null
-  /** Fastify's callback for a send that an answer to an error replaced while it waited in the hooks. */
+  /** Fastify's callback for a send that an answer of 400 or above, or to an error, replaced while it waited. */
   replaced: unknown = null
   /** The reply's first success send, held for the request's verdict. */
   held: HeldSend | null = null

@@ -9,7 +9,7 @@ import { fileOf, type Coverage } from './coverage.js'
 import { addVary, field } from './fields.js'
 import type { FileDigests } from './file-digests.js'
 import { canTrail, digestsOfPayload, type Digests } from './payload-digests.js'
-import { replyState, type SentDigests, type Unencoded } from './reply-state.js'
+import { replyState, type Unencoded } from './reply-state.js'
 
 type SentField = 'content-digest' | 'repr-digest'
 type TrailerValue = (reply: FastifyReply, payload: unknown, callback: (error: Error | null, value: string) => void) => void
@@ -144,13 +144,14 @@ export function placeDigestFields (reply: FastifyReply, placement: Placement): v
 }
 
 /**
- * Takes back the fields an earlier pass of the hook placed: Fastify runs the hooks again to answer
+ * Takes back the fields an earlier pass of the hook placed, if any: Fastify runs the hooks again to answer
  * an error (a stream that failed before its first byte), whose body they do not describe, and
  * whose Content-Length would otherwise go out with the chunked framing trailers asked for.
  */
 export function withdrawDigestFields (reply: FastifyReply): void {
   const state = replyState(reply)
-  const { headers, trailers } = state.sent as SentDigests
+  if (state.sent === null) return
+  const { headers, trailers } = state.sent
   for (const name of headers) reply.removeHeader(name)
   for (const name of trailers) reply.removeTrailer(name)
   if (trailers.length > 0) {
