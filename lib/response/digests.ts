@@ -1,5 +1,5 @@
 /** Digests on responses: Want-* fields answered and unasked digests sent, in the header section where known first. */
-import type { onSendHookHandler } from 'fastify'
+import type { DoneFuncWithErrOrRes, FastifyInstance, FastifyReply, FastifyRequest, onSendHookHandler } from 'fastify'
 import type { Algorithm } from '../fields/algorithms.js'
 import type { FileDigests } from './file-digests.js'
 import type { Settings } from '../options/settings.js'
@@ -8,20 +8,30 @@ import { chosen, preferencesOf } from '../fields/preferences.js'
 import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
-import { dropPayload, handOn, passOn, wasReplaced } from './one-send.js'
-import { replyState } from './reply-state.js'
+import { continueSend } from './continue-send.js'
+import { dropPayload, handOn, wasReplaced } from './one-send.js'
+import { replyState, type Unencoded } from './reply-state.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
+
+/**
+ * Hands the first hook's payload on: to the last hook (`next`) when no route hook runs between
+ * them, so that the two run as one, without a callback of their own a response; else to Fastify.
+ */
+function handOnward (next: onSendHookHandler | null, instance: FastifyInstance, request: FastifyRequest,
+  reply: FastifyReply, payload: unknown, done: DoneFuncWithErrOrRes): void {
+  if (next === null) continueSend(done, payload)
+  else next.call(instance, request, reply, payload, done)
+}
 
 /**
  * An onSend hook, the first of the route's own, that finds the Unencoded-Digest of a response
  * before a content coding is added to it (@fastify/compress): of the payload with every coding it
- * already has removed (draft-ietf-httpbis-unencoded-digest, section 3).
+ * already has removed (draft-ietf-httpbis-unencoded-digest, section 3); then hands it on.
  */
-export function findUnencodedDigest (settings: Settings, files: FileDigests): onSendHookHandler {
+export function findUnencodedDigest (settings: Settings, files: FileDigests, next: onSendHookHandler | null): onSendHookHandler {
   const unaskedOnRoute = settings.signer !== null || settings.responseDigests.includes('unencoded-digest')
   return function findUnencodedDigest (request, reply, payload, done) {
     const state = replyState(reply)
-    const send = state.send
     // Hooks run again for the answer to an error: what an earlier payload found is not its.
     state.unencoded = null
     state.firstPayload = payload
@@ -30,7 +40,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const unasked = unaskedOnRoute || served?.fields.includes('unencoded-digest') === true
     // Most responses are done with here, after three lookups.
     if (wantField === undefined && !unasked) {
-      done(null, payload)
+      handOnward(next, this, request, reply, payload, done)
       return
     }
     const covers = coverage(request, reply.statusCode)
@@ -40,14 +50,14 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const algorithm = representationAlgorithm(settings, preferencesOf(wantField), unasked,
       (known) => supplied?.[known.key] !== undefined)
     if (algorithm === null || covers.repr === 'none' || codings === null) {
-      done(null, payload)
+      handOnward(next, this, request, reply, payload, done)
       return
     }
     const value = supplied?.[algorithm.key]
     if (value !== undefined) {
       const digests = { now: new Map([[algorithm, value]]) }
       state.unencoded = { algorithm, digests, handedOn: payload, codings, status: reply.statusCode }
-      done(null, payload)
+      handOnward(next, this, request, reply, payload, done)
       return
     }
     const file = fileOf(reply, payload)
@@ -56,12 +66,19 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests): on
     const whole = covers.repr === 'payload'
     const source = whole ? content : null
     const target = whole || file === null ? file : { path: file.path }
+    const onward = (handedOn: unknown, found: Unencoded | null): void => {
+      // A send replaced meanwhile is dropped here, and leaves nothing for the answer that replaced it.
+      if (wasReplaced(reply, done)) {
+        dropPayload(handedOn)
+        return
+      }
+      state.unencoded = found
+      handOnward(next, this, request, reply, handedOn, done)
+    }
     digestsOfPayload(source, codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
-      // A send replaced meanwhile leaves nothing for the answer that replaced it.
-      if (state.send === send) state.unencoded = { algorithm, digests, handedOn, codings, status: reply.statusCode }
-      passOn(reply, send, done, handedOn)
-    }, () => { passOn(reply, send, done, payload) })
+      onward(handedOn, { algorithm, digests, handedOn, codings, status: reply.statusCode })
+    }, () => { onward(payload, null) })
   }
 }
 

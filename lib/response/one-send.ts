@@ -47,7 +47,7 @@ export function answersError (reply: FastifyReply): boolean {
 
 /**
  * Notes that the success send waiting in the route's hooks, if any, is replaced by an answer of
- * 400 or above (a later send, or the answer to an error): it is dropped where it waits (passOn).
+ * 400 or above (a later send, or the answer to an error): it is dropped where it waits (wasReplaced).
  */
 export function replaceWaitingSend (reply: FastifyReply): void {
   const state = replyState(reply)
@@ -106,18 +106,8 @@ export function wasReplaced (reply: FastifyReply, done: unknown): boolean {
 }
 
 /**
- * Hands on a payload from the route's first response hook once it waited, or drops it when the
- * send that was on its way as the hook began (`send`) was replaced meanwhile. That hook may have a
- * callback of the plugin's for `done` (inSequence), so the send itself is compared.
- */
-export function passOn (reply: FastifyReply, send: ResponseSend | null, done: SendDone, payload: unknown): void {
-  if (replyState(reply).send !== send) dropPayload(payload)
-  else continueSend(done, payload)
-}
-
-/**
  * Hands the payload of the route's last response hook to Fastify with the fields found for it,
- * noting it for the send on its way; as passOn, nothing of a replaced send.
+ * noting it for the send on its way; nothing of a replaced send.
  */
 export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement): void {
   if (wasReplaced(reply, done)) {

@@ -25,12 +25,11 @@ export function addResponseHooks (route: ScheduledRoute, settings: Settings, fil
     const head = onSend.findIndex((hook) => hook.name === 'headRouteOnSendHandler')
     const at = head === -1 ? onSend.length : head
     const last = route[kSendDigests] as Settings
-    const before = findUnencodedDigest(last, files)
     // With none of the route's own hooks between them, the two run as one: a hook less a response.
-    if (at === 0) route.onSend = [oneSendAtATime(inSequence(before, responseDigests(last, files, false))), ...onSend]
+    if (at === 0) route.onSend = [oneSendAtATime(findUnencodedDigest(last, files, responseDigests(last, files, false))), ...onSend]
     else {
-      route.onSend = [oneSendAtATime(before), ...onSend.slice(0, at).map(endsSendOnFailure), responseDigests(last, files, true),
-        ...onSend.slice(at)]
+      route.onSend = [oneSendAtATime(findUnencodedDigest(last, files, null)), ...onSend.slice(0, at).map(endsSendOnFailure),
+        responseDigests(last, files, true), ...onSend.slice(at)]
     }
   })
 }
@@ -47,15 +46,5 @@ function oneSendAtATime (hook: onSendHookHandler): onSendHookHandler {
       return
     }
     hook.call(this, request, reply, payload, done)
-  }
-}
-
-/**
- * Two onSend hooks that never fail, as one. The second, run by the first on a later turn, hands
- * every send on with continueSend: nothing the rest of the send throws comes back to the first.
- */
-function inSequence (first: onSendHookHandler, second: onSendHookHandler): onSendHookHandler {
-  return function findAndSendDigests (request, reply, payload, done) {
-    first.call(this, request, reply, payload, (_error?: unknown, found?: unknown) => { second.call(this, request, reply, found, done) })
   }
 }
