@@ -132,7 +132,10 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     // digest not sent; after a coding the plugin cannot remove (aes128gcm), none is sent
     // (draft-ietf-httpbis-unencoded-digest section 3).
     const untouched = (handedOn: unknown): boolean => !hooksBetween || (payload === handedOn && !Buffer.isBuffer(payload))
-    const unencoded = codings === null ? null : found
+    // Made a 304 or a 206 by a route hook, the response no longer sends the payload the first hook
+    // found the digest of, as its representation: none is sent (a 304 takes no trailer section).
+    const statusKept = found === null || found.status === reply.statusCode || covers.repr === 'payload'
+    const unencoded = codings === null || !statusKept ? null : found
     const unencodedAgain = unencoded === null || covers.repr !== 'payload'
       ? null
       : codingsToFindAgain(unencoded, reply.statusCode, payload, codings as string[], untouched(unencoded.handedOn))

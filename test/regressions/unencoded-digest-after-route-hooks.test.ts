@@ -8,14 +8,19 @@
 // the response a 204: each is found again over what reaches the last hook. A fourth found a hook
 // that changes a Buffer in place (the same object handed on), and a Repr-Digest the application
 // supplied sent after a hook changed the content: both are now found again over what is sent.
+// A fifth found a route hook that makes a streamed response a 304: the digest found over the stream
+// went to the trailer section, which a 304 cannot take, and Node's throw ended the process. A 304 or
+// 206 made by a route hook now sends none.
 import { createHash, generateKeyPairSync, verify } from 'node:crypto'
+import { once } from 'node:events'
+import { connect } from 'node:net'
 import { Readable } from 'node:stream'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import t from 'tap'
-import Fastify from 'fastify'
+import Fastify, { type FastifyInstance } from 'fastify'
 import { request } from 'undici'
 import fastifyDigestFields from '../../lib/index.js'
-import { listen, type Tap } from '../helpers.js'
+import { h2Request, listen, watchProcess, type Tap } from '../helpers.js'
 
 const { publicKey, privateKey } = generateKeyPairSync('ed25519')
 const sha256 = (data: Buffer): string => `sha-256=:${createHash('sha256').update(data).digest('base64')}:`
@@ -108,4 +113,45 @@ t.test('a route hook that codes, labels, takes a coding off or drops the content
   t.equal(made204.statusCode, 204)
   await made204.body.arrayBuffer()
   t.equal(made204.headers['unencoded-digest'], sha256(Buffer.alloc(0)), 'of empty content')
+})
+
+t.test('a route hook that makes a streamed response a 304 or a 206: no Unencoded-Digest, no trailer section, the connection kept', async (t) => {
+  const escaped = watchProcess(t)
+  const stream = (): Readable => Readable.from([Buffer.from('hello '), Buffer.from('world')])
+  const settings = { 'asked for': {}, unasked: { responseDigests: ['unencoded-digest'] }, signed: { integritySignatures: { privateKey } } }
+  for (const http2 of [false, true]) {
+    for (const [name, options] of Object.entries(settings)) {
+      const app = Fastify({ http2 } as object) as unknown as FastifyInstance
+      await app.register(fastifyDigestFields, options as object)
+      app.get('/made-304', { onSend: async (_request, reply, payload) => { reply.code(304); return payload } },
+        async (_request, reply) => reply.send(stream()))
+      app.get('/made-206', { onSend: async (_request, reply, payload) => { reply.code(206).header('content-range', 'bytes 0-10/11'); return payload } },
+        async (_request, reply) => reply.send(stream()))
+      app.get('/next', async () => 'next')
+      const port = await listen(app)
+      t.teardown(() => app.close())
+      const label = `${http2 ? 'HTTP/2' : 'HTTP/1.1'}, ${name}`
+      if (http2) {
+        for (const [path, status] of [['/made-304', 304], ['/made-206', 206]] as const) {
+          const response = await h2Request(port, { ':path': path, 'want-unencoded-digest': 'sha-256=5' })
+          t.equal(response.status, status, `${label}: ${path}`)
+          t.notOk('unencoded-digest' in response.headers, `${label}: ${path} sends none`)
+        }
+        continue
+      }
+      // Three requests on one connection: the two answers, then the next request's.
+      const socket = connect({ host: '127.0.0.1', port })
+      const received: Buffer[] = []
+      socket.on('data', (data: Buffer) => received.push(data))
+      const head = (path: string, last = false): string => `GET ${path} HTTP/1.1\r\nHost: x\r\nWant-Unencoded-Digest: sha-256=5\r\n${last ? 'Connection: close\r\n' : ''}\r\n`
+      socket.write(head('/made-304') + head('/made-206') + head('/next', true))
+      await once(socket, 'close')
+      const answers = Buffer.concat(received).toString('latin1').split(/(?=HTTP\/1\.1 )/)
+      t.same(answers.map((answer) => answer.slice(9, 12)), ['304', '206', '200'], `${label}: every request answered`)
+      t.notMatch(answers.slice(0, 2).join(''), /^(unencoded-digest|trailer|signature):/im, `${label}: no Unencoded-Digest, no trailer section`)
+      t.match(answers[1], /\r\n\r\n6\r\nhello \r\n5\r\nworld\r\n0\r\n\r\n$/, `${label}: the 206 ends with its content and no trailer field`)
+      t.match(answers[2], /\r\n\r\nnext$/)
+    }
+  }
+  t.same(escaped, [], 'nothing escaped to the process')
 })
