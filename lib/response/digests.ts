@@ -9,7 +9,7 @@ import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { dropPayload, handOn, wasReplaced } from './one-send.js'
+import { dropPayload, handOn, restoreSent, sentAs, wasReplaced } from './one-send.js'
 import { replyState, type Unencoded } from './reply-state.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
 
@@ -66,12 +66,14 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests, nex
     const whole = covers.repr === 'payload'
     const source = whole ? content : null
     const target = whole || file === null ? file : { path: file.path }
+    const as = sentAs(reply)
     const onward = (handedOn: unknown, found: Unencoded | null): void => {
       // A send replaced meanwhile is dropped here, and leaves nothing for the answer that replaced it.
       if (wasReplaced(reply, done)) {
         dropPayload(handedOn)
         return
       }
+      restoreSent(reply, as)
       state.unencoded = found
       handOnward(next, this, request, reply, handedOn, done)
     }
@@ -158,7 +160,8 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     const reprSupplied = reprAlgorithm === null ? undefined : supplied?.[reprAlgorithm.key]
     const plan = { contentAlgorithm, reprAlgorithm, reprSupplied, unencoded, unencodedAgain, varies, covers, files, settings }
     // Placed in the turn that hands the reply on, which Fastify then writes (this hook is the last).
-    findDigestFields(request, reply, payload, plan).then((placement) => { handOn(reply, done, placement.payload, placement) },
-      () => { handOn(reply, done, payload) })
+    const as = sentAs(reply)
+    findDigestFields(request, reply, payload, plan).then((placement) => { handOn(reply, done, placement.payload, placement, as) },
+      () => { handOn(reply, done, payload, undefined, as) })
   }
 }

@@ -4,7 +4,7 @@ import { ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import { sentTwice } from '../warnings.js'
 import { continueSend, type SendDone } from './continue-send.js'
-import { replyState, type ResponseSend } from './reply-state.js'
+import { replyState, type ResponseSend, type SentAs } from './reply-state.js'
 import { placeDigestFields, withdrawDigestFields, type Placement } from './sent-fields.js'
 
 /**
@@ -62,38 +62,48 @@ export function isHeld (reply: FastifyReply): boolean {
 
 function unheard (): void {}
 
-/** Notes the status and fields of the reply's success send as it is held for the verdict. */
-export function holdSend (reply: FastifyReply, payload: unknown): void {
+/** The status and fields of a reply as its send leaves them, before a wait of the plugin's. */
+export function sentAs (reply: FastifyReply): SentAs {
   const headers = reply.getHeaders() as Record<string, unknown>
   // Fastify appends to a Set-Cookie list in place.
   for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
   // HTTP/2 has no status message, and warns when one is read or set.
   const message = reply.raw instanceof ServerResponse ? reply.raw.statusMessage : null
-  replyState(reply).held = { payload, status: reply.statusCode, message, headers, laterLogged: false }
+  return { status: reply.statusCode, message, headers }
+}
+
+/**
+ * Puts the reply back as its send left it, once a wait of the plugin's is over: Fastify alone
+ * writes a send at once, so what the application did to the reply after it (a status, a field,
+ * @fastify/static's fields for a later send that is dropped) never goes with its payload.
+ */
+export function restoreSent (reply: FastifyReply, as: SentAs): void {
+  const now = reply.getHeaders() as Record<string, unknown>
+  for (const name in now) if (!(name in as.headers)) reply.removeHeader(name)
+  for (const [name, value] of Object.entries(as.headers)) {
+    if (now[name] === value) continue
+    reply.removeHeader(name)
+    reply.header(name, value)
+  }
+  reply.code(as.status)
+  if (as.message !== null) reply.raw.statusMessage = as.message
+}
+
+/** Notes the status and fields of the reply's success send as it is held for the verdict. */
+export function holdSend (reply: FastifyReply, payload: unknown): void {
+  replyState(reply).held = { payload, as: sentAs(reply), laterLogged: false }
   // A stream's error while it waits is Fastify's to answer once it is sent: unheard, it would end the process.
   const stream = payload as { pipe?: unknown, on?: (event: string, listener: () => void) => void } | null
   if (typeof stream?.pipe === 'function' && typeof stream.on === 'function') stream.on('error', unheard)
 }
 
-/**
- * Puts the reply back as its held send had it, once the verdict came: Fastify alone writes
- * a send at once, so what the application did to the reply after it (an error handler's answer to
- * an error thrown after the send, a field set) never goes with its payload.
- */
+/** Puts the reply back as its held send had it, once the verdict came (restoreSent). */
 export function asSent (reply: FastifyReply): void {
   const state = replyState(reply)
   const held = state.held
   if (held === null) return
   state.held = null
-  const now = reply.getHeaders() as Record<string, unknown>
-  for (const name in now) if (!(name in held.headers)) reply.removeHeader(name)
-  for (const [name, value] of Object.entries(held.headers)) {
-    if (now[name] === value) continue
-    reply.removeHeader(name)
-    reply.header(name, value)
-  }
-  reply.code(held.status)
-  if (held.message !== null) reply.raw.statusMessage = held.message
+  restoreSent(reply, held.as)
 }
 
 /**
@@ -107,13 +117,14 @@ export function wasReplaced (reply: FastifyReply, done: unknown): boolean {
 
 /**
  * Hands the payload of the route's last response hook to Fastify with the fields found for it,
- * noting it for the send on its way; nothing of a replaced send.
+ * noting it for the send on its way, the reply as `as` after a wait; nothing of a replaced send.
  */
-export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement): void {
+export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement, as?: SentAs): void {
   if (wasReplaced(reply, done)) {
     dropPayload(payload)
     return
   }
+  if (as !== undefined) restoreSent(reply, as)
   const state = replyState(reply)
   if (placement !== undefined) placeDigestFields(reply, placement)
   if (state.send?.done === done) state.send.handedOn = payload

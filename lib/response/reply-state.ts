@@ -33,12 +33,17 @@ export interface Unencoded {
 /** The send on its way (Fastify's callback for its onSend hooks), and what the last hook handed on. */
 export interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: boolean }
 
-/** A success send held for the request's verdict, as it was sent, and whether a later send was logged. */
-export interface HeldSend {
-  readonly payload: unknown
+/** A reply's status and fields as a send left them. */
+export interface SentAs {
   readonly status: number
   readonly message: string | null
   readonly headers: Record<string, unknown>
+}
+
+/** A success send held for the request's verdict, as it was sent, and whether a later send was logged. */
+export interface HeldSend {
+  readonly payload: unknown
+  readonly as: SentAs
   laterLogged: boolean
 }
 
