@@ -9,7 +9,7 @@ import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { dropPayload, handOn, restoreSent, sentAs, wasReplaced } from './one-send.js'
+import { clientLeft, dropPayload, handOn, restoreSent, sentAs, wasReplaced } from './one-send.js'
 import { replyState, type Unencoded } from './reply-state.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
 
@@ -69,7 +69,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests, nex
     const as = sentAs(reply)
     const onward = (handedOn: unknown, found: Unencoded | null): void => {
       // A send replaced meanwhile is dropped here, and leaves nothing for the answer that replaced it.
-      if (wasReplaced(reply, done)) {
+      if (wasReplaced(reply, done) || clientLeft(reply)) {
         dropPayload(handedOn)
         return
       }

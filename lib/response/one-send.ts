@@ -62,14 +62,20 @@ export function isHeld (reply: FastifyReply): boolean {
 
 function unheard (): void {}
 
+/** Node's marks of the framing fields removed from an HTTP/1.1 response, which decide its framing. */
+function removedOf (raw: ServerResponse): NonNullable<SentAs['removed']> {
+  const { _removedTE, _removedContLen, _removedConnection } = raw as unknown as NonNullable<SentAs['removed']>
+  return { _removedTE, _removedContLen, _removedConnection }
+}
+
 /** The status and fields of a reply as its send leaves them, before a wait of the plugin's. */
 export function sentAs (reply: FastifyReply): SentAs {
   const headers = reply.getHeaders() as Record<string, unknown>
   // Fastify appends to a Set-Cookie list in place.
   for (const name in headers) if (Array.isArray(headers[name])) headers[name] = [...headers[name]]
   // HTTP/2 has no status message, and warns when one is read or set.
-  const message = reply.raw instanceof ServerResponse ? reply.raw.statusMessage : null
-  return { status: reply.statusCode, message, headers }
+  const http1 = reply.raw instanceof ServerResponse
+  return { status: reply.statusCode, message: http1 ? reply.raw.statusMessage : null, headers, removed: http1 ? removedOf(reply.raw) : null }
 }
 
 /**
@@ -87,6 +93,9 @@ export function restoreSent (reply: FastifyReply, as: SentAs): void {
   }
   reply.code(as.status)
   if (as.message !== null) reply.raw.statusMessage = as.message
+  // Removing a Transfer-Encoding the application added marks it removed, and Node would then frame
+  // the response with neither chunks nor a length, to the close of the connection (RFC 9112 section 6).
+  if (as.removed !== null && !reply.raw.headersSent) Object.assign(reply.raw, as.removed)
 }
 
 /** Notes the status and fields of the reply's success send as it is held for the verdict. */
@@ -107,6 +116,16 @@ export function asSent (reply: FastifyReply): void {
 }
 
 /**
+ * Whether the client left while a send waited in the plugin's hooks: its connection (HTTP/1.1) or
+ * its stream (HTTP/2) is closed. Fastify would pipe a stream into a closed HTTP/2 response and never
+ * destroy it, so that the file it reads stays open; nobody is answered.
+ */
+export function clientLeft (reply: FastifyReply): boolean {
+  const raw = reply.raw as { destroyed?: boolean, stream?: { destroyed: boolean } }
+  return raw.destroyed === true || raw.stream?.destroyed === true
+}
+
+/**
  * Whether an answer replaced the send `done` is Fastify's callback for while it waited: Fastify has
  * written that answer, and would write this one into it (over HTTP/1.1 the connection closed under
  * the client, over HTTP/2 the stream reset). What the send found is then not the answer's.
@@ -117,10 +136,11 @@ export function wasReplaced (reply: FastifyReply, done: unknown): boolean {
 
 /**
  * Hands the payload of the route's last response hook to Fastify with the fields found for it,
- * noting it for the send on its way, the reply as `as` after a wait; nothing of a replaced send.
+ * noting it for the send on its way, the reply as `as` after a wait; nothing of a replaced send,
+ * nor of one whose client left during the wait.
  */
 export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement, as?: SentAs): void {
-  if (wasReplaced(reply, done)) {
+  if (wasReplaced(reply, done) || (as !== undefined && clientLeft(reply))) {
     dropPayload(payload)
     return
   }

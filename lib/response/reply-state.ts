@@ -33,11 +33,12 @@ export interface Unencoded {
 /** The send on its way (Fastify's callback for its onSend hooks), and what the last hook handed on. */
 export interface ResponseSend { readonly done: unknown, handedOn: unknown, failed: boolean }
 
-/** A reply's status and fields as a send left them. */
+/** A reply's status and fields as a send left them, and over HTTP/1.1 which framing fields Node was told were removed. */
 export interface SentAs {
   readonly status: number
   readonly message: string | null
   readonly headers: Record<string, unknown>
+  readonly removed: { readonly _removedTE: boolean, readonly _removedContLen: boolean, readonly _removedConnection: boolean } | null
 }
 
 /** A success send held for the request's verdict, as it was sent, and whether a later send was logged. */
