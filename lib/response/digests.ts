@@ -68,7 +68,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests, nex
     const target = whole || file === null ? file : { path: file.path }
     const as = sentAs(reply)
     const onward = (handedOn: unknown, found: Unencoded | null): void => {
-      // A send replaced meanwhile is dropped here, and leaves nothing for the answer that replaced it.
+      // A send replaced meanwhile, or whose client left, is dropped here, and leaves nothing for the answer that replaced it.
       if (wasReplaced(reply, done) || clientLeft(reply)) {
         dropPayload(handedOn)
         return

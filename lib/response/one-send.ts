@@ -79,9 +79,10 @@ export function sentAs (reply: FastifyReply): SentAs {
 }
 
 /**
- * Puts the reply back as its send left it, once a wait of the plugin's is over: Fastify alone
- * writes a send at once, so what the application did to the reply after it (a status, a field,
- * @fastify/static's fields for a later send that is dropped) never goes with its payload.
+ * Puts the reply back as its send left it, once a wait of the plugin's is over, so that what the
+ * application did to the reply after it (a status, a field, @fastify/static's fields for a later
+ * send that is dropped) never goes with its payload: Fastify alone writes a string or Buffer at the
+ * send, and would write these over a payload they do not describe.
  */
 export function restoreSent (reply: FastifyReply, as: SentAs): void {
   const now = reply.getHeaders() as Record<string, unknown>
