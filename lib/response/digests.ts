@@ -61,7 +61,9 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests, nex
       return
     }
     const file = fileOf(reply, payload)
-    const content = reply.statusCode === 204 ? '' : payload ?? ''
+    // A 204's content is empty, with nothing to decode whatever its Content-Encoding says.
+    const empty = reply.statusCode === 204
+    const content = empty ? '' : payload ?? ''
     // Without a payload that is the representation (206, 304) only the whole file gives its digest.
     const whole = covers.repr === 'payload'
     const source = whole ? content : null
@@ -77,7 +79,7 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests, nex
       state.unencoded = found
       handOnward(next, this, request, reply, handedOn, done)
     }
-    digestsOfPayload(source, codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
+    digestsOfPayload(source, empty ? [] : codings, [algorithm], target, files, mustHashToSign(request, settings), canTrail(request)).then((digests) => {
       const handedOn = digests !== null && 'payload' in digests ? digests.payload : payload
       onward(handedOn, { algorithm, digests, handedOn, codings, status: reply.statusCode })
     }, () => { onward(payload, null) })

@@ -74,7 +74,9 @@ Promise<Placement> {
   let sending = payload
   let unencoded = plan.unencoded
   if (unencoded !== null && plan.unencodedAgain !== null) {
-    const digests = await digestsOfPayload(contentOf(payload), plan.unencodedAgain, [unencoded.algorithm], file, files,
+    // A 204's content is empty, with nothing to decode whatever its Content-Encoding says.
+    const codings = reply.statusCode === 204 ? [] : plan.unencodedAgain
+    const digests = await digestsOfPayload(contentOf(payload), codings, [unencoded.algorithm], file, files,
       mustHashToSign(request, settings), canTrail(request))
     if (digests !== null && 'payload' in digests) sending = digests.payload
     unencoded = { ...unencoded, digests }

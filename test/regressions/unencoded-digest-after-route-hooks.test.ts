@@ -49,6 +49,9 @@ async function origin (t: Tap): Promise<string> {
   app.get('/coding-taken-off', { onSend: async (_request, reply, payload) => { reply.removeHeader('content-encoding'); return payload } },
     async (_request, reply) => reply.header('content-encoding', 'gzip').send(gzipSync('the handler\'s')))
   app.get('/made-204', { onSend: async (_request, reply, payload) => { reply.code(204); return payload } }, async () => 'dropped')
+  app.get('/gzipped-204', async (_request, reply) => reply.code(204).header('content-encoding', 'gzip').send(gzipSync('dropped')))
+  app.get('/gzipped-made-204', { onSend: async (_request, reply, payload) => { reply.code(204); return payload } },
+    async (_request, reply) => reply.header('content-encoding', 'gzip').send(gzipSync('dropped')))
   app.get('/encrypted', {
     onSend: async (_request, reply, payload) => {
       reply.header('content-encoding', 'aes128gcm')
@@ -113,6 +116,14 @@ t.test('a route hook that codes, labels, takes a coding off or drops the content
   t.equal(made204.statusCode, 204)
   await made204.body.arrayBuffer()
   t.equal(made204.headers['unencoded-digest'], sha256(Buffer.alloc(0)), 'of empty content')
+  // Empty content has nothing to decode, whatever Content-Encoding says (found by the seventh pass's second attack).
+  const gzipped204 = await request(base + '/gzipped-made-204')
+  t.equal(gzipped204.statusCode, 204)
+  await gzipped204.body.arrayBuffer()
+  t.equal(gzipped204.headers['unencoded-digest'], sha256(Buffer.alloc(0)), 'coded, of empty content too')
+  const handler204 = await request(base + '/gzipped-204')
+  await handler204.body.arrayBuffer()
+  t.equal(handler204.headers['unencoded-digest'], sha256(Buffer.alloc(0)), 'a 204 the handler coded, of empty content')
 })
 
 t.test('a route hook that makes a streamed response a 304 or a 206: no Unencoded-Digest, no trailer section, the connection kept', async (t) => {
