@@ -9,7 +9,7 @@ import { representationAlgorithm } from './fields.js'
 import { codingsOfReply, coverage, fileOf } from './coverage.js'
 import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
-import { clientLeft, dropPayload, handOn, restoreSent, sentAs, wasReplaced } from './one-send.js'
+import { dropPayload, handOn, resumesAfterWait, sentAs, wasReplaced } from './one-send.js'
 import { replyState, type Unencoded } from './reply-state.js'
 import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
 
@@ -70,12 +70,8 @@ export function findUnencodedDigest (settings: Settings, files: FileDigests, nex
     const target = whole || file === null ? file : { path: file.path }
     const as = sentAs(reply)
     const onward = (handedOn: unknown, found: Unencoded | null): void => {
-      // A send replaced meanwhile, or whose client left, is dropped here, and leaves nothing for the answer that replaced it.
-      if (wasReplaced(reply, done) || clientLeft(reply)) {
-        dropPayload(handedOn)
-        return
-      }
-      restoreSent(reply, as)
+      // A send replaced meanwhile leaves nothing for the answer that replaced it.
+      if (!resumesAfterWait(reply, done, handedOn, as)) return
       state.unencoded = found
       handOnward(next, this, request, reply, handedOn, done)
     }
@@ -163,7 +159,8 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     const plan = { contentAlgorithm, reprAlgorithm, reprSupplied, unencoded, unencodedAgain, varies, covers, files, settings }
     // Placed in the turn that hands the reply on, which Fastify then writes (this hook is the last).
     const as = sentAs(reply)
-    findDigestFields(request, reply, payload, plan).then((placement) => { handOn(reply, done, placement.payload, placement, as) },
-      () => { handOn(reply, done, payload, undefined, as) })
+    findDigestFields(request, reply, payload, plan).then((placement) => {
+      if (resumesAfterWait(reply, done, placement.payload, as)) handOn(reply, done, placement.payload, placement)
+    }, () => { if (resumesAfterWait(reply, done, payload, as)) handOn(reply, done, payload) })
   }
 }

@@ -84,7 +84,7 @@ export function sentAs (reply: FastifyReply): SentAs {
  * send that is dropped) never goes with its payload: Fastify alone writes a string or Buffer at the
  * send, and would write these over a payload they do not describe.
  */
-export function restoreSent (reply: FastifyReply, as: SentAs): void {
+function restoreSent (reply: FastifyReply, as: SentAs): void {
   const now = reply.getHeaders() as Record<string, unknown>
   for (const name in now) if (!(name in as.headers)) reply.removeHeader(name)
   for (const [name, value] of Object.entries(as.headers)) {
@@ -121,7 +121,7 @@ export function asSent (reply: FastifyReply): void {
  * its stream (HTTP/2) is closed. Fastify would pipe a stream into a closed HTTP/2 response and never
  * destroy it, so that the file it reads stays open; nobody is answered.
  */
-export function clientLeft (reply: FastifyReply): boolean {
+function clientLeft (reply: FastifyReply): boolean {
   const raw = reply.raw as { destroyed?: boolean, stream?: { destroyed: boolean } }
   return raw.destroyed === true || raw.stream?.destroyed === true
 }
@@ -136,16 +136,23 @@ export function wasReplaced (reply: FastifyReply, done: unknown): boolean {
 }
 
 /**
- * Hands the payload of the route's last response hook to Fastify with the fields found for it,
- * noting it for the send on its way, the reply as `as` after a wait; nothing of a replaced send,
- * nor of one whose client left during the wait.
+ * Whether a send that waited in one of the plugin's hooks goes on, the reply put back as it was sent
+ * (`as`): not when an answer replaced it or its client left meanwhile, its payload then dropped.
  */
-export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement, as?: SentAs): void {
-  if (wasReplaced(reply, done) || (as !== undefined && clientLeft(reply))) {
+export function resumesAfterWait (reply: FastifyReply, done: unknown, payload: unknown, as: SentAs): boolean {
+  if (wasReplaced(reply, done) || clientLeft(reply)) {
     dropPayload(payload)
-    return
+    return false
   }
-  if (as !== undefined) restoreSent(reply, as)
+  restoreSent(reply, as)
+  return true
+}
+
+/**
+ * Hands the payload of the route's last response hook to Fastify with the fields found for it,
+ * noting it for the send on its way.
+ */
+export function handOn (reply: FastifyReply, done: SendDone, payload: unknown, placement?: Placement): void {
   const state = replyState(reply)
   if (placement !== undefined) placeDigestFields(reply, placement)
   if (state.send?.done === done) state.send.handedOn = payload
