@@ -5,7 +5,8 @@
 // differences of 1% where CPU time cannot resolve 5%. Each server runs under callgrind, counting
 // only while the measured requests run, after a warm-up that lets V8 optimise the hot path. One
 // connection sends one request at a time: with more, how many requests one turn of the event loop
-// takes depends on the machine's speed, and so does the count a request.
+// takes depends on the machine's speed, and so does the count a request. BENCH_CONNECTIONS=50
+// counts under npm run bench's load all the same, to see what grows with requests in flight.
 // Instructions are not time (a cache miss or a slow instruction counts as one), so this shows
 // where work is, not what it costs; OpenSSL under callgrind hashes without the SHA extensions.
 import { execFileSync, spawn } from 'node:child_process'
@@ -20,6 +21,7 @@ import { median, smallJsonBody, smallJsonRequests } from './shared.js'
 const [warmUp = 3000, measured = 2000, ...wanted] = process.argv.slice(2)
 const configs = wanted.length > 0 ? wanted : ['floor:sha-256', 'bare:none', 'plugin:none', 'plugin:sha-256']
 const body = smallJsonBody()
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 1)
 const server = fileURLToPath(new URL('./server.js', import.meta.url))
 const out = mkdtempSync(join(tmpdir(), 'digest-instructions-'))
 
@@ -32,7 +34,7 @@ async function count (config) {
   try {
     const [{ port }] = await once(child, 'message')
     const send = async (amount) => {
-      const result = await autocannon({ url: `http://127.0.0.1:${port}/json`, method: 'POST', body, ...smallJsonRequests(algorithm, body), connections: 1, amount: Number(amount), timeout: 60 })
+      const result = await autocannon({ url: `http://127.0.0.1:${port}/json`, method: 'POST', body, ...smallJsonRequests(algorithm, body), connections, amount: Number(amount), timeout: 60 })
       if (result.non2xx > 0 || result.errors > 0 || result['2xx'] !== Number(amount)) throw new Error(`${config}: ${result.non2xx} non-2xx, ${result.errors} errors`)
     }
     await send(warmUp)
