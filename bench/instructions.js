@@ -6,7 +6,7 @@
 // only while the measured requests run, after a warm-up that lets V8 optimise the hot path. One
 // connection sends one request at a time: with more, how many requests one turn of the event loop
 // takes depends on the machine's speed, and so does the count a request. BENCH_CONNECTIONS=50
-// counts under npm run bench's load all the same, to see what grows with requests in flight.
+// counts under npm run bench's load all the same, to set beside what it times.
 // Instructions are not time (a cache miss or a slow instruction counts as one), so this shows
 // where work is, not what it costs; OpenSSL under callgrind hashes without the SHA extensions.
 import { execFileSync, spawn } from 'node:child_process'
