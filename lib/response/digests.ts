@@ -11,7 +11,7 @@ import { uploadReprDigests } from '../uploads/resumable.js'
 import { continueSend } from './continue-send.js'
 import { dropPayload, handOn, resumesAfterWait, sentAs, wasReplaced } from './one-send.js'
 import { replyState, type Unencoded } from './reply-state.js'
-import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields } from './sent-fields.js'
+import { codingsToFindAgain, findDigestFields, mustHashToSign, withdrawDigestFields, type Placement } from './sent-fields.js'
 
 /**
  * Hands the first hook's payload on: to the last hook (`next`) when no route hook runs between
@@ -159,8 +159,10 @@ export function responseDigests (settings: Settings, files: FileDigests, hooksBe
     const plan = { contentAlgorithm, reprAlgorithm, reprSupplied, unencoded, unencodedAgain, varies, covers, files, settings }
     // Placed in the turn that hands the reply on, which Fastify then writes (this hook is the last).
     const as = sentAs(reply)
-    findDigestFields(request, reply, payload, plan).then((placement) => {
-      if (resumesAfterWait(reply, done, placement.payload, as)) handOn(reply, done, placement.payload, placement)
-    }, () => { if (resumesAfterWait(reply, done, payload, as)) handOn(reply, done, payload) })
+    const onward = (sending: unknown, placement?: Placement): void => {
+      if (resumesAfterWait(reply, done, sending, as)) handOn(reply, done, sending, placement)
+    }
+    findDigestFields(request, reply, payload, plan).then((placement) => { onward(placement.payload, placement) },
+      () => { onward(payload) })
   }
 }
