@@ -158,6 +158,32 @@ t.test('Range, HEAD and 304: the representation digests of the whole file, the p
   t.equal(asked.headers['content-digest'], openssl(path, 'sha512'))
 })
 
+// The third attack on the response path saw a compressed 304 and a large file's 206 without
+// Repr-Digest: neither digest is known there, and none is sent rather than a wrong one.
+t.test('with @fastify/compress: a coded 304 carries no Repr-Digest, and a large file\'s range has one once the file was sent whole', async (t) => {
+  const base = await server(t, { fileDigests: { hashBeforeSending: 64 * 1024 } }, 'after')
+  const path = join(root, 'large.txt')
+  const part = await get(`${base}/large.txt`, { range: 'bytes=100-199', 'accept-encoding': 'gzip' })
+  t.equal(part.status, 206)
+  t.equal(part.body.toString(), large.slice(100, 200), '@fastify/compress leaves a range uncoded')
+  t.equal(part.trailers['content-digest'], sha256(large.slice(100, 200)), 'Content-Digest: the part')
+  t.notOk('repr-digest' in part.headers, 'the whole file is not hashed for a range of it, nor known yet')
+  const whole = await get(`${base}/large.txt`, { 'accept-encoding': 'gzip' })
+  t.same(gunzipSync(whole.body).toString(), large)
+  t.equal(whole.headers['unencoded-digest'] ?? whole.trailers['unencoded-digest'], openssl(path))
+  const again = await get(`${base}/large.txt`, { range: 'bytes=100-199', 'accept-encoding': 'gzip' })
+  t.equal(again.headers['repr-digest'], openssl(path), 'the whole file, found as it was sent')
+  const etag = String(whole.headers.etag)
+  const coded = await get(`${base}/large.txt`, { 'if-none-match': etag, 'accept-encoding': 'gzip' })
+  t.equal(coded.status, 304)
+  t.equal(coded.headers['content-encoding'], 'gzip', '@fastify/compress names the coding of the representation selected')
+  t.notOk('repr-digest' in coded.headers, 'the coded representation\'s digest is not known')
+  t.equal(coded.headers['unencoded-digest'], openssl(path), 'the representation with its coding removed is the file')
+  const identity = await get(`${base}/large.txt`, { 'if-none-match': etag, 'accept-encoding': 'identity' })
+  t.equal(identity.status, 304)
+  t.equal(identity.headers['repr-digest'], openssl(path), 'uncoded, the representation is the file')
+})
+
 t.test('a reply.sendFile() from a route, and a file stream the application sends, use the file digests too', async (t) => {
   const app = Fastify()
   await app.register(fastifyDigestFields, { responseDigests: ['unencoded-digest'] })
