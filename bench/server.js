@@ -6,6 +6,8 @@
 // - streaming: what a user writes with streams, a preParsing hook that pipes the payload through
 //   createHash and fails at its end on a mismatch;
 // - floor: the least code that keeps the plugin's guarantee for the common case (bench/floor.js);
+// - floor-allocating: the floor allocating BENCH_BALLAST bytes more a request with a digest (1,200 by
+//   default, what the plugin allocates more), to time what that allocation alone costs;
 // - hashing: Fastify alone whose upload route hashes what it reads with createHash, the
 //   algorithm of the request's Content-Digest, and compares at the end: the least a server does
 //   to check an upload, with no guarantee to readers;
@@ -62,9 +64,9 @@ if (variant === 'plugin') {
     payload.on('error', (error) => verified.destroy(error))
     done(null, payload.pipe(verified))
   })
-} else if (variant === 'floor') {
+} else if (variant === 'floor' || variant === 'floor-allocating') {
   const { floor } = await import('./floor.js')
-  floor(app)
+  floor(app, { ballast: variant === 'floor' ? 0 : Number(process.env.BENCH_BALLAST ?? 1200) })
 } else if (variant === 'static' || variant === 'static-digests') {
   const { default: fastifyStatic } = await import('@fastify/static')
   const options = { root: process.env.BENCH_STATIC_ROOT, prefix: '/static/' }
