@@ -15,24 +15,25 @@ const tailLength = 1024
 export const maxEpilogue = 64 * 1024
 
 export class HeldContent {
-  readonly #closeDelimiter: Buffer | null
-  #held: Buffer[] = []
-  #heldLength = 0
+  // TypeScript-private, not #private: made for every request with a digest (docs/development.md).
+  private readonly closeDelimiter: Buffer | null
+  private held: Buffer[] = []
+  private heldLength = 0
   // The last bytes scanned for the close delimiter (a copy: readers may change theirs); once it was
   // seen, what is held from it on, and how many bytes came after its end.
-  #scanned: Buffer = nothing
-  #closing: Buffer[] | null = null
-  #afterClose = 0
+  private scanned: Buffer = nothing
+  private closing: Buffer[] | null = null
+  private afterClose = 0
 
   constructor (closeDelimiter: Buffer | null) {
-    this.#closeDelimiter = closeDelimiter
+    this.closeDelimiter = closeDelimiter
     // A body may open with its close delimiter: the CRLF before it is taken as read.
-    if (closeDelimiter !== null) this.#scanned = crlf
+    if (closeDelimiter !== null) this.scanned = crlf
   }
 
   /** Whether more followed the close delimiter than is held: the content is then refused. */
   get overflowed (): boolean {
-    return this.#afterClose > maxEpilogue
+    return this.afterClose > maxEpilogue
   }
 
   /**
@@ -41,60 +42,60 @@ export class HeldContent {
    * returned, or null when there was none.
    */
   take<T> (bytes: Buffer, deliver: (this: T, chunk: Buffer) => boolean, target: T): boolean | null {
-    if (this.#closing !== null) {
-      this.#holdAfterClose(bytes)
+    if (this.closing !== null) {
+      this.holdAfterClose(bytes)
       return null
     }
-    const delimiter = this.#closeDelimiter
-    const start = delimiter === null ? null : this.#closeDelimiterStart(bytes, delimiter)
-    if (start === null) return this.#hold(bytes, deliver, target)
+    const delimiter = this.closeDelimiter
+    const start = delimiter === null ? null : this.closeDelimiterStart(bytes, delimiter)
+    if (start === null) return this.hold(bytes, deliver, target)
     // Its last part would end for a reader at the delimiter, however long an epilogue follows: the
     // chunk is split there, what comes before held as any other chunk, the rest until the verdict.
-    this.#closing = []
-    this.#afterClose = -((delimiter as Buffer).length + Math.min(0, start))
-    this.#holdAfterClose(bytes.subarray(Math.max(0, start)))
-    return this.#hold(bytes.subarray(0, Math.max(0, start)), deliver, target)
+    this.closing = []
+    this.afterClose = -((delimiter as Buffer).length + Math.min(0, start))
+    this.holdAfterClose(bytes.subarray(Math.max(0, start)))
+    return this.hold(bytes.subarray(0, Math.max(0, start)), deliver, target)
   }
 
   /** Everything held, in order, for readers once the content is verified. */
   release (): Buffer[] {
-    const held = this.#closing === null ? this.#held : [...this.#held, ...this.#closing]
-    this.#held = []
-    this.#closing = null
+    const held = this.closing === null ? this.held : [...this.held, ...this.closing]
+    this.held = []
+    this.closing = null
     return held
   }
 
-  #hold<T> (bytes: Buffer, deliver: (this: T, chunk: Buffer) => boolean, target: T): boolean | null {
-    const held = this.#held
+  private hold<T> (bytes: Buffer, deliver: (this: T, chunk: Buffer) => boolean, target: T): boolean | null {
+    const held = this.held
     held.push(bytes)
-    this.#heldLength += bytes.length
+    this.heldLength += bytes.length
     let more: boolean | null = null
-    while (this.#heldLength - (held[0] as Buffer).length >= tailLength) {
+    while (this.heldLength - (held[0] as Buffer).length >= tailLength) {
       const next = held.shift() as Buffer
-      this.#heldLength -= next.length
+      this.heldLength -= next.length
       more = deliver.call(target, next)
     }
     return more
   }
 
   // Past the bound nothing more is kept, since the content is refused at its end.
-  #holdAfterClose (bytes: Buffer): void {
-    const closing = this.#closing as Buffer[]
-    this.#afterClose += bytes.length
+  private holdAfterClose (bytes: Buffer): void {
+    const closing = this.closing as Buffer[]
+    this.afterClose += bytes.length
     if (this.overflowed) closing.length = 0
     else closing.push(bytes)
   }
 
   // Where in the chunk the delimiter starts (below 0 when it began in the bytes before it), or
   // null; keeps a copy of the chunk's last bytes for the next search.
-  #closeDelimiterStart (bytes: Buffer, delimiter: Buffer): number | null {
-    const before = this.#scanned
+  private closeDelimiterStart (bytes: Buffer, delimiter: Buffer): number | null {
+    const before = this.scanned
     const edge = Buffer.concat([before, bytes.subarray(0, delimiter.length - 1)]).indexOf(delimiter)
     if (edge !== -1) return edge - before.length
     const within = bytes.indexOf(delimiter)
     if (within !== -1) return within
     const last = Buffer.concat([before, bytes.subarray(-(delimiter.length - 1))])
-    this.#scanned = last.subarray(Math.max(0, last.length - (delimiter.length - 1)))
+    this.scanned = last.subarray(Math.max(0, last.length - (delimiter.length - 1)))
     return null
   }
 }

@@ -19,49 +19,62 @@ export interface RunningDigest {
 }
 
 export class ContentHashes {
-  readonly #algorithms: readonly Algorithm[]
-  readonly #decoder: UnencodedHasher | null
-  readonly #upload: RunningDigest | null
+  // TypeScript-private, not #private: made for every request with a digest (docs/development.md).
+  private readonly algorithms: readonly Algorithm[]
+  private readonly decoder: UnencodedHasher | null
+  private readonly upload: RunningDigest | null
   // Content that arrives in one chunk is hashed in one call at its end, without setting up a Hash
   // (most of the cost of a small body): the chunk waits here, held back from readers. Every other
   // chunk is hashed as it arrives, before any reader can see it.
-  #only: Buffer | null = null
-  #hashes: Hash[] | null = null
+  private only: Buffer | null = null
+  private hashes: Hash[] | null = null
 
   constructor (algorithms: readonly Algorithm[], decoder: UnencodedHasher | null, upload: RunningDigest | null) {
-    this.#algorithms = algorithms
-    this.#decoder = decoder
-    this.#upload = upload
+    this.algorithms = algorithms
+    this.decoder = decoder
+    this.upload = upload
   }
 
   /** Takes a chunk readers cannot see yet; a first one may wait until the next arrives. */
   add (bytes: Buffer): void {
     // An upload's running digest takes every chunk as it arrives, so none waits.
-    if (this.#hashes === null && this.#only === null && this.#upload === null) this.#only = bytes
+    if (this.hashes === null && this.only === null && this.upload === null) this.only = bytes
     else this.hash(bytes)
   }
 
   /** Hashes a chunk now, after a first one that waited. */
   hash (bytes: Buffer): void {
-    if (this.#hashes === null) {
-      this.#hashes = this.#algorithms.map((algorithm) => algorithm.createHash())
-      const only = this.#only
-      this.#only = null
+    if (this.hashes === null) {
+      this.hashes = this.algorithms.map((algorithm) => algorithm.createHash())
+      const only = this.only
+      this.only = null
       if (only !== null) this.hash(only)
     }
-    for (const hash of this.#hashes) hash.update(bytes)
-    this.#upload?.update(bytes)
-    this.#decoder?.write(bytes)
+    for (const hash of this.hashes) hash.update(bytes)
+    this.upload?.update(bytes)
+    this.decoder?.write(bytes)
   }
 
   /** The digests of the bytes received, once they all were; the decoder then has them all too. */
   digests (): Map<Algorithm, Buffer> {
-    const hashes = this.#hashes
-    const only = this.#only
+    const only = this.only
     // The one chunk goes to the decoder now, at the end, like every other chunk before it is seen.
-    if (only !== null) this.#decoder?.write(only)
-    return new Map(this.#algorithms.map((algorithm, i) => [algorithm, hashes !== null
-      ? (hashes[i] as Hash).digest()
-      : only === null ? algorithm.emptyDigest : algorithm.digest(only)]))
+    if (only !== null) this.decoder?.write(only)
+    return new Map(this.algorithms.map((algorithm, i) => [algorithm, this.digestAt(i)]))
+  }
+
+  /**
+   * The digest of the first algorithm, once every byte was received, without the Map of digests():
+   * for content hashed with one algorithm and no decoder (common-case.ts).
+   */
+  firstDigest (): Buffer {
+    return this.digestAt(0)
+  }
+
+  private digestAt (i: number): Buffer {
+    const hashes = this.hashes
+    if (hashes !== null) return (hashes[i] as Hash).digest()
+    const algorithm = this.algorithms[i] as Algorithm
+    return this.only === null ? algorithm.emptyDigest : algorithm.digest(this.only)
   }
 }

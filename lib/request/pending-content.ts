@@ -8,12 +8,13 @@ import { aborted, ContentWait, type Release, type Waiter } from './content-wait.
 import { closeRequest, failSource, type Source } from './source.js'
 
 export abstract class PendingContent {
+  // TypeScript-private, not #private: made for every request with a digest (docs/development.md).
   /** Whether the content concluded: verified, failed or cut short. */
   settled = false
   /** Why the content failed (its DigestProblem) or was cut short, once it concluded; else null. */
   failure: Error | null = null
   // Made when something waits for the verdict: most requests never need one.
-  #wait: ContentWait | null = null
+  private wait: ContentWait | null = null
 
   constructor (protected readonly source: Source) {}
 
@@ -32,13 +33,13 @@ export abstract class PendingContent {
    * bounds the wait of a reader of the content.
    */
   whenSettled (waiter: Waiter | null, release: Release): void {
-    this.#wait ??= new ContentWait(this.source, this.stallTimeout(), (error) => this.abort(error, true))
-    this.#wait.add(waiter, release)
+    this.wait ??= new ContentWait(this.source, this.stallTimeout(), (error) => this.abort(error, true))
+    this.wait.add(waiter, release)
   }
 
   /** A chunk arrived: a wait that watches for content standing still sees it move. */
   arrived (): void {
-    if (this.#wait !== null) this.#wait.moved = true
+    if (this.wait !== null) this.wait.moved = true
   }
 
   /**
@@ -47,10 +48,10 @@ export abstract class PendingContent {
    */
   abort (error = aborted(), close = false): void {
     this.detach()
-    this.#settle(error)
+    this.settle(error)
     if (close) closeRequest(this.source, error)
     else failSource(this.source, error)
-    this.#wait?.settle(error)
+    this.wait?.settle(error)
   }
 
   /**
@@ -59,26 +60,26 @@ export abstract class PendingContent {
    * end that looks complete.
    */
   protected concludeVerified (held: readonly Buffer[], push: (chunk: Buffer | null) => boolean): boolean {
-    this.#settle(null)
-    const cut = this.#wait?.cut ?? null
+    this.settle(null)
+    const cut = this.wait?.cut ?? null
     if (cut !== null) failSource(this.source, cut)
     let more = false
     if (cut === null) {
       for (const chunk of held) push.call(this.source, chunk)
       more = push.call(this.source, null)
     }
-    this.#wait?.settle(null)
+    this.wait?.settle(null)
     return more
   }
 
   /** Concludes content that failed: its readers get the problem, and `unheard` is told when nobody waited. */
   protected concludeFailed (problem: DigestProblem, unheard: (heard: boolean) => void): void {
-    this.#settle(problem)
+    this.settle(problem)
     const heard = failSource(this.source, problem)
-    if (this.#wait?.settle(problem) !== true) unheard(heard)
+    if (this.wait?.settle(problem) !== true) unheard(heard)
   }
 
-  #settle (failure: Error | null): void {
+  private settle (failure: Error | null): void {
     this.settled = true
     this.failure = failure
   }
