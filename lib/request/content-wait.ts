@@ -114,6 +114,9 @@ export class ContentWait {
       this.#cut ??= error
       for (const destination of [...source._readableState.pipes] as Writable[]) {
         source.unpipe(destination)
+        // The application's own stream may have no listener for errors, whose error would end the
+        // process: the plugin then hears it, and `errored` still says why.
+        if (destination.listenerCount('error') === 0) destination.once('error', discard)
         destination.destroy(error)
       }
       this.#letGo(source, error)
