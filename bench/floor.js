@@ -25,8 +25,6 @@ class Check {
   #held = []
   #heldLength = 0
 
-  ballast = null
-
   constructor (source, algorithm, expected) {
     this.source = source
     this.algorithm = algorithm
@@ -107,6 +105,7 @@ export function floor (app, { ballast = 0 } = {}) {
     if (match === null) return done(badRequest('Unsupported digest field'))
     const source = request.raw
     const check = new Check(source, names[match[1]], Buffer.from(match[2], 'base64'))
+    // Only floor-allocating's checks carry it: the floor's own stay as they were.
     if (ballast > 0) check.ballast = ballastOf(ballast)
     request[kCheck] = check
     source[kCheck] = check

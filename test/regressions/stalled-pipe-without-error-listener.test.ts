@@ -9,7 +9,7 @@ import t from 'tap'
 import Fastify, { type FastifyInstance } from 'fastify'
 import { request } from 'undici'
 import fastifyDigestFields from '../../lib/index.js'
-import { fuzzSeed, h2Request, listen, member, seededBytes, watchProcess } from '../helpers.js'
+import { fuzzSeed, h2Request, listen, member, seededBytes, watchProcess, type Tap } from '../helpers.js'
 
 t.comment(`seed ${fuzzSeed}`)
 const body = seededBytes(300_000, fuzzSeed)
@@ -33,7 +33,6 @@ async function server (t: Tap, destinations: Writable[], http2: boolean): Promis
   })
   return await listen(app)
 }
-type Tap = Parameters<Parameters<typeof t.test>[0]>[0]
 
 for (const http2 of [false, true]) {
   t.test(`${http2 ? 'HTTP/2' : 'HTTP/1.1'}: a stalled pipe destination nobody listens to is destroyed with the error, and the process answers on`, async (t) => {
