@@ -1,6 +1,7 @@
 /**
  * What of a request's content its readers are not given until the verdict: the last kilobyte
- * received, and a multipart body from its close delimiter on.
+ * received, or of a length the connection enforces only its last kilobyte, and a multipart body
+ * from its close delimiter on.
  */
 const nothing = Buffer.alloc(0)
 const crlf = Buffer.from('\r\n')
@@ -24,9 +25,15 @@ export class HeldContent {
   private scanned: Buffer = nothing
   private closing: Buffer[] | null = null
   private afterClose = 0
+  // How many more bytes readers may have whatever arrives next (above 0, a chunk may reach them before
+  // the next, content-hashes.ts): of content whose `length` (still to arrive) the connection enforces,
+  // all before its last kilobyte, which must arrive or the request is cut short; else NaN. Not the
+  // last bytes received that may begin a close delimiter, though: a reader ends its part there.
+  releasable: number
 
-  constructor (closeDelimiter: Buffer | null) {
+  constructor (closeDelimiter: Buffer | null, length = NaN) {
     this.closeDelimiter = closeDelimiter
+    this.releasable = length - tailLength
     // A body may open with its close delimiter: the CRLF before it is taken as read.
     if (closeDelimiter !== null) this.scanned = crlf
   }
@@ -70,9 +77,17 @@ export class HeldContent {
     held.push(bytes)
     this.heldLength += bytes.length
     let more: boolean | null = null
-    while (this.heldLength - (held[0] as Buffer).length >= tailLength) {
-      const next = held.shift() as Buffer
+    while (held.length > 0) {
+      let next = held[0] as Buffer
+      const free = Math.min(this.releasable, this.heldLength - (this.closeDelimiter?.length ?? 1) + 1)
+      if (this.heldLength - next.length >= tailLength || next.length <= free) {
+        held.shift()
+      } else if (free > 0) {
+        held[0] = next.subarray(free)
+        next = next.subarray(0, free)
+      } else break
       this.heldLength -= next.length
+      this.releasable -= next.length
       more = deliver.call(target, next)
     }
     return more

@@ -16,7 +16,7 @@ import type { Settings } from '../options/settings.js'
 import { answerUnheard } from '../problems/answer.js'
 import { problemFor } from '../problems/problems.js'
 import { ContentHashes } from './content-hashes.js'
-import { closeDelimiter } from './framing.js'
+import { closeDelimiter, enforcedLength } from './framing.js'
 import type { Expectation } from './judge-fields.js'
 import { PendingContent } from './pending-content.js'
 import { giveBackPush, takeOverPush, type Source } from './source.js'
@@ -62,7 +62,7 @@ export class CommonCaseVerifier extends PendingContent {
   private readonly settings: Settings
   private readonly expected: Expectation
   private readonly push: (chunk: Buffer | null) => boolean
-  private readonly held = new HeldContent(null)
+  private readonly held: HeldContent
   private readonly hashes: ContentHashes
 
   constructor (request: FastifyRequest, reply: FastifyReply, settings: Settings, expected: Expectation) {
@@ -72,6 +72,7 @@ export class CommonCaseVerifier extends PendingContent {
     this.settings = settings
     this.expected = expected
     this.hashes = new ContentHashes([expected.algorithm], null, null)
+    this.held = new HeldContent(null, enforcedLength(request, Number(request.headers['content-length'])))
     this.push = request.raw.push
     takeOverPush(this.source, this)
   }
@@ -93,7 +94,8 @@ export class CommonCaseVerifier extends PendingContent {
     // light-my-request pushes a string payload as it was given.
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
     this.arrived()
-    this.hashes.add(bytes)
+    if (this.held.releasable > 0) this.hashes.hash(bytes)
+    else this.hashes.add(bytes)
     return this.held.take(bytes, this.push, this.source) ?? this.push.call(this.source, nothing)
   }
 

@@ -35,7 +35,7 @@ export class ContentHashes {
     this.upload = upload
   }
 
-  /** Takes a chunk readers cannot see yet; a first one may wait until the next arrives. */
+  /** Takes a chunk readers cannot see before the next arrives (else hash()); a first one may wait until then. */
   add (bytes: Buffer): void {
     // An upload's running digest takes every chunk as it arrives, so none waits.
     if (this.hashes === null && this.only === null && this.upload === null) this.only = bytes

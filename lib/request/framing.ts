@@ -24,6 +24,16 @@ export function declaredLength (request: FastifyRequest): number {
   return stream === undefined || stream.endAfterHeaders ? 0 : NaN
 }
 
+/**
+ * How many bytes of a request's content a connection delivers: as many as `declared`, which Node's
+ * HTTP/1 parser (RFC 9112 section 6.3; it refuses one beside Transfer-Encoding) and HTTP/2 (RFC 9113
+ * section 8.1.1) enforce by cutting the request short otherwise; NaN, unknown, for inject(), which
+ * delivers its payload whatever it says.
+ */
+export function enforcedLength (request: FastifyRequest, declared: number): number {
+  return '_lightMyRequest' in request.raw ? NaN : declared
+}
+
 // RFC 9110 section 14.4: range-unit SP first-pos "-" last-pos "/" ( complete-length / "*" ).
 type InjectedOrHttp2 = { stream?: Http2Stream, _lightMyRequest?: { payload: unknown } }
 

@@ -33,6 +33,8 @@ export interface Verification {
   readonly coded: boolean
   /** A multipart body's close delimiter, after which everything is held until the verdict. */
   readonly closeDelimiter: Buffer | null
+  /** The content's length when the connection enforces it (framing.ts), else NaN. */
+  readonly length: number
 }
 
 /** Tells the handler, and the subscribers of requestVerified, what the content was verified against. */

@@ -7,7 +7,7 @@ import type { Settings } from '../options/settings.js'
 import { problemFor } from '../problems/problems.js'
 import type { RunningDigest } from './content-hashes.js'
 import { isCutShort } from './source.js'
-import { closeDelimiter, declaredLength, isPartial, keptTransferCoding } from './framing.js'
+import { closeDelimiter, declaredLength, enforcedLength, isPartial, keptTransferCoding } from './framing.js'
 import { announcedFields, judgeFields, type Expectation } from './judge-fields.js'
 import type { PendingContent } from './pending-content.js'
 import { watchTrailers, type SettingsOf } from './trailer-watch.js'
@@ -107,7 +107,8 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     partial,
     upload,
     coded,
-    closeDelimiter: delimiter
+    closeDelimiter: delimiter,
+    length: enforcedLength(request, length)
   })
   if (verifier.hashBuffered()) {
     if (isCutShort(request.raw)) {

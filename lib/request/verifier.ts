@@ -46,7 +46,8 @@ export class SourceVerifier extends PendingContent {
     this.#read = source._read
     this.#verification = verification
     this.#hashes = new ContentHashes(verification.algorithms, verification.unencoded, verification.upload)
-    this.#held = new HeldContent(verification.closeDelimiter)
+    // What the stream buffered before the plugin's hook ran is its readers' already (hashBuffered).
+    this.#held = new HeldContent(verification.closeDelimiter, verification.length - source.readableLength)
   }
 
   protected stallTimeout (): number {
@@ -95,7 +96,8 @@ export class SourceVerifier extends PendingContent {
     // light-my-request pushes a string payload as it was given.
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
     this.arrived()
-    this.#hashes.add(bytes)
+    if (this.#held.releasable > 0) this.#hashes.hash(bytes)
+    else this.#hashes.add(bytes)
     // A push that hands nothing on still ends the stream's read, so that it asks for more. A full
     // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
     const more = this.#held.take(bytes, this.#push, this.source) ?? this.#push.call(this.source, nothing)
