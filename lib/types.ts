@@ -126,7 +126,8 @@ export interface ResumableUpload {
   /**
    * The state up to `offset`, for an application that keeps the bytes of a request cut short up to
    * there; null when the request carries a digest of its own content (`Content-Digest`,
-   * `Unencoded-Digest`), the upload failed, or `offset` is not one of the last 64 chunk ends.
+   * `Unencoded-Digest`), the upload failed, or `offset` is not the end of one of the last 64 chunks
+   * its readers were given.
    * Never a completed upload's: that is `state()`, stored with the answer that completes it.
    */
   stateAt (offset: number): string | null

@@ -42,8 +42,11 @@ export class ContentHashes {
     else this.hash(bytes)
   }
 
-  /** Hashes a chunk now, after a first one that waited. */
-  hash (bytes: Buffer): void {
+  /**
+   * Hashes a chunk now, after a first one that waited. Readers get its first `released` bytes apart
+   * from the rest (held-content.ts): an upload's running state is saved at the end of each part.
+   */
+  hash (bytes: Buffer, released = bytes.length): void {
     if (this.hashes === null) {
       this.hashes = this.algorithms.map((algorithm) => algorithm.createHash())
       const only = this.only
@@ -51,7 +54,10 @@ export class ContentHashes {
       if (only !== null) this.hash(only)
     }
     for (const hash of this.hashes) hash.update(bytes)
-    this.upload?.update(bytes)
+    if (released < bytes.length) {
+      this.upload?.update(bytes.subarray(0, released))
+      this.upload?.update(bytes.subarray(released))
+    } else this.upload?.update(bytes)
     this.decoder?.write(bytes)
   }
 

@@ -96,7 +96,8 @@ export class SourceVerifier extends PendingContent {
     // light-my-request pushes a string payload as it was given.
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
     this.arrived()
-    if (this.#held.releasable > 0) this.#hashes.hash(bytes)
+    const releasable = this.#held.releasable
+    if (releasable > 0) this.#hashes.hash(bytes, releasable)
     else this.#hashes.add(bytes)
     // A push that hands nothing on still ends the stream's read, so that it asks for more. A full
     // decoder pauses the connection (Node's HTTP/1 parser and HTTP/2 layer stop on false).
