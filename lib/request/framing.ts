@@ -10,11 +10,13 @@ import { listMembers } from '../fields/sections.js'
  * will tell (chunked HTTP/1.1, or HTTP/2 without Content-Length).
  */
 export function declaredLength (request: FastifyRequest): number {
+  // Transfer-Encoding overrides Content-Length (RFC 9112 section 6.3), as Node's parser frames them
+  // with `insecureHTTPParser` (it refuses the two together otherwise).
+  if (request.headers['transfer-encoding'] !== undefined) return NaN
   const length = request.headers['content-length']
   // Content-Length is 1*DIGIT (RFC 9110 section 8.6), read as the number it is: "00" is 0. Node
   // rejects other values on a real connection; inject() passes any string, which is then unknown.
   if (length !== undefined) return /^\d+$/.test(length) ? Number(length) : NaN
-  if (request.headers['transfer-encoding'] !== undefined) return NaN
   // inject() (light-my-request) delivers its payload, a stream among them, whatever the fields say.
   const { stream, _lightMyRequest: injected } = request.raw as InjectedOrHttp2
   if (injected !== undefined) return injected.payload === null ? 0 : NaN
@@ -25,8 +27,8 @@ export function declaredLength (request: FastifyRequest): number {
 }
 
 /**
- * How many bytes of a request's content a connection delivers: as many as `declared`, which Node's
- * HTTP/1 parser (RFC 9112 section 6.3; it refuses one beside Transfer-Encoding) and HTTP/2 (RFC 9113
+ * How many bytes of a request's content a connection delivers: as many as `declared` (a Content-Length
+ * without Transfer-Encoding), which Node's HTTP/1 parser (RFC 9112 section 6.3) and HTTP/2 (RFC 9113
  * section 8.1.1) enforce by cutting the request short otherwise; NaN, unknown, for inject(), which
  * delivers its payload whatever it says.
  */
@@ -92,9 +94,10 @@ export function closeDelimiter (contentType: string | undefined): Buffer | Gener
     end = parameter.lastIndex
     const [, name, value] = match as unknown as [string, string, string]
     if (!/^boundary(\*|$)/i.test(name)) continue
-    // An RFC 2231 `boundary*`, which a lenient reader decodes, is as unreadable as an empty one.
-    if (name.length > 'boundary'.length) boundaries.push('')
-    else boundaries.push(value.startsWith('"') ? value.slice(1, -1).replace(/\\(.)/g, '$1') : value)
+    // An RFC 2231 `boundary*`, which a lenient reader decodes, is as unreadable as an empty one; so
+    // is a quoted-pair, which busboy keeps as written but for \" and \\ (no bchar needs one, RFC 2046).
+    if (name.length > 'boundary'.length || value.includes('\\')) boundaries.push('')
+    else boundaries.push(value.startsWith('"') ? value.slice(1, -1) : value)
   }
   if (text.slice(end).trim() !== '' || boundaries.length > 1 || boundaries[0] === '') {
     return refusals.ambiguousBoundary()
