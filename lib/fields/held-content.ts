@@ -25,10 +25,10 @@ export class HeldContent {
   private scanned: Buffer = nothing
   private closing: Buffer[] | null = null
   private afterClose = 0
-  // How many more bytes readers may have whatever arrives next (above 0, a chunk may reach them before
-  // the next, content-hashes.ts): of content whose `length` (still to arrive) the connection enforces,
-  // all before its last kilobyte, which must arrive or the request is cut short; else NaN. Not the
-  // last bytes received that may begin a close delimiter, though: a reader ends its part there.
+  // Of content whose `length` (still to arrive) the connection enforces, the bytes before its last
+  // kilobyte not yet given: that kilobyte must arrive or the request is cut short, so readers have them
+  // as they arrive (a chunk taken above 0 may reach them at once: content-hashes.ts); else NaN. The last
+  // bytes received that may begin a close delimiter stay held all the same: a reader ends its part there.
   releasable: number
 
   constructor (closeDelimiter: Buffer | null, length = NaN) {

@@ -73,6 +73,9 @@ export function keptTransferCoding (transferEncoding: string | undefined): Gener
 const tchar = "[!#$%&'*+.^_`|~0-9A-Za-z-]"
 const mediaType = new RegExp(`^multipart/${tchar}+`, 'i')
 const parameter = new RegExp(`[ \\t]*;[ \\t]*(${tchar}+)=(${tchar}+|"(?:[^"\\\\]|\\\\.)*")`, 'y')
+// RFC 2046 section 5.1.1's bchars, which any reader takes as written: busboy decodes other bytes of a
+// quoted boundary as UTF-8 and keeps a quoted-pair's backslash but for \" and \\.
+const quotedBoundary = /^"[0-9A-Za-z'()+_,./:=? -]*"$/
 
 /**
  * The close delimiter of a multipart body (RFC 2046 section 5.1.1: CRLF "--" boundary "--", the
@@ -95,11 +98,13 @@ export function closeDelimiter (contentType: string | undefined): Buffer | Gener
     const [, name, value] = match as unknown as [string, string, string]
     if (!/^boundary(\*|$)/i.test(name)) continue
     // An RFC 2231 `boundary*`, which a lenient reader decodes, is as unreadable as an empty one; so
-    // is a quoted-pair, which busboy keeps as written but for \" and \\ (no bchar needs one, RFC 2046).
-    if (name.length > 'boundary'.length || value.includes('\\')) boundaries.push('')
-    else boundaries.push(value.startsWith('"') ? value.slice(1, -1) : value)
+    // is a quoted one of other than bchars.
+    const quoted = value.startsWith('"')
+    if (name.length > 'boundary'.length || (quoted && !quotedBoundary.test(value))) boundaries.push('')
+    else boundaries.push(quoted ? value.slice(1, -1) : value)
   }
-  if (text.slice(end).trim() !== '' || boundaries.length > 1 || boundaries[0] === '') {
+  // Only RFC 9110's white space may follow: String.prototype.trim() takes a no-break space too.
+  if (!/^[ \t]*$/.test(text.slice(end)) || boundaries.length > 1 || boundaries[0] === '') {
     return refusals.ambiguousBoundary()
   }
   return boundaries.length === 0 ? null : Buffer.from(`\r\n--${boundaries[0] as string}--`)

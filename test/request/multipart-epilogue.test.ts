@@ -116,10 +116,12 @@ t.test('a multipart Content-Type whose boundary a lenient reader could read diff
     ['multipart/form-data; boundary=XyZ; boundary=Other', 'XyZ'],
     ['multipart/form-data; boundary = XyZ', 'XyZ'],
     ['multipart/form-data; boundary=""', ''],
-    // A quoted-pair: busboy keeps `a\b` as written, RFC 9110 reads `ab` (the README-only attack of
-    // the declared-length hold-back); `\"` and `\\` are read alike, but no boundary needs them.
+    // The attacks of the declared-length hold-back: a quoted boundary of other than RFC 2046's bchars.
+    // busboy keeps a quoted-pair's backslash (`a\b`, which RFC 9110 reads `ab`) but for \" and \\,
+    // and decodes other bytes as UTF-8 (here é, sent as UTF-8, which Node reads as latin1).
     ['multipart/form-data; boundary="a\\b"', 'a\\b'],
-    ['multipart/form-data; boundary="Xy\\"Z"', 'Xy"Z']
+    ['multipart/form-data; boundary="Xy\\"Z"', 'Xy"Z'],
+    ['multipart/form-data; boundary="é"', 'é']
   ]
   for (const [contentType, delimiter] of refused) {
     const content = make(delimiter, 'EVIL FILE CONTENT')
@@ -139,6 +141,19 @@ t.test('a multipart Content-Type whose boundary a lenient reader could read diff
     t.equal(accepted.status, 200, `${contentType}: ${accepted.body}`)
   }
   t.same(stored, ['the signed content', 'the signed content'], 'only the intact files reached the handler')
+})
+
+t.test('a boundary followed by a no-break space, which String.prototype.trim() takes for white space, is refused', async (t) => {
+  const app = Fastify()
+  t.teardown(() => app.close())
+  await app.register(fastifyDigestFields)
+  app.addContentTypeParser('multipart/form-data', (_request, _payload, done) => { done(null) })
+  app.post('/', async () => 'read')
+  // Node reads a header's bytes as latin1: 0xA0 after a token boundary is U+00A0.
+  const content = body('the file', 0)
+  const response = await app.inject({ method: 'POST', url: '/', payload: content, headers: { 'content-type': `multipart/form-data; boundary=${boundary}\u00a0`, 'content-digest': sha256(content) } })
+  t.equal(response.statusCode, 400)
+  t.equal(response.json().detail, 'the content cannot be verified: its multipart boundary cannot be read unambiguously from Content-Type')
 })
 
 // The second attack: `--boundary--` inside a part's data, after LF or CR alone or after no line
