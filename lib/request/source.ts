@@ -8,8 +8,9 @@
  *   each chunk is seen before any reader. Node stops reading the connection when it returns false.
  * - `_read(size)`: a reader asking for more resumes the connection (HTTP/1 readStart, HTTP/2
  *   resumeStream, light-my-request's payload); replaced while a decoder's input is full.
- * - `_readableState.buffer`, `.bufferIndex`, `.ended`: what was buffered before the plugin's hook
- *   ran; `.pipes`: the pipes a wait for the content cuts off when they stall (content-wait.ts).
+ * - `_readableState.buffer`, `.bufferIndex`, `.length`, `.ended`: what was buffered before the
+ *   plugin's hook ran, taken back to be held; `.pipes`: the pipes a wait for the content cuts off
+ *   when they stall (content-wait.ts).
  * - `_destroy`: replaced at a failure, so that destroying keeps the connection (Node's own would
  *   close it) and emits 'error' only where someone listens; a request given up is closed through
  *   its `socket` (HTTP/1.1) or its HTTP/2 `stream`.
@@ -26,7 +27,7 @@ import { kSourceVerifier } from '../symbols.js'
 
 export type Source = Readable & {
   trailers?: IncomingHttpHeaders
-  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, ended: boolean, pipes: NodeJS.WritableStream[] }
+  _readableState: { buffer: Array<Buffer | null>, bufferIndex: number, length: number, ended: boolean, pipes: NodeJS.WritableStream[] }
 }
 
 /** What took a request stream's push() over: it sees each chunk and the end before any reader. */

@@ -112,7 +112,7 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     // close delimiter's held start may put inside an earlier chunk: a multipart upload keeps the old hold.
     length: upload !== null && delimiter !== null ? NaN : enforcedLength(request, length)
   })
-  if (verifier.hashBuffered()) {
+  if (verifier.takeBuffered()) {
     if (isCutShort(request.raw)) {
       verifier.abort()
       done()

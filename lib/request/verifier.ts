@@ -46,8 +46,7 @@ export class SourceVerifier extends PendingContent {
     this.#read = source._read
     this.#verification = verification
     this.#hashes = new ContentHashes(verification.algorithms, verification.unencoded, verification.upload)
-    // What the stream buffered before the plugin's hook ran is its readers' already (hashBuffered).
-    this.#held = new HeldContent(verification.closeDelimiter, verification.length - source.readableLength)
+    this.#held = new HeldContent(verification.closeDelimiter, verification.length)
   }
 
   protected stallTimeout (): number {
@@ -55,13 +54,21 @@ export class SourceVerifier extends PendingContent {
   }
 
   /**
-   * Hashes what the stream buffered before the plugin's hook ran (an asynchronous hook before it lets
-   * the connection deliver content unread); true when that was all of it, else attach() takes the rest.
+   * Takes what the stream buffered before the plugin's hook ran (an asynchronous hook before it lets
+   * the connection deliver content unread), unread yet: when that was all of it, hashes it and gives
+   * true; else takes it back through receive(), held as any chunk, and attach() takes the rest.
    */
-  hashBuffered (): boolean {
+  takeBuffered (): boolean {
     const state = this.source._readableState
-    for (let i = state.bufferIndex; i < state.buffer.length; i++) this.#hashes.hash(state.buffer[i] as Buffer)
-    return state.ended
+    if (state.ended) {
+      for (let i = state.bufferIndex; i < state.buffer.length; i++) this.#hashes.hash(state.buffer[i] as Buffer)
+      return true
+    }
+    for (const chunk of state.buffer.splice(state.bufferIndex) as Buffer[]) {
+      state.length -= chunk.length
+      this.receive(chunk)
+    }
+    return false
   }
 
   /** Takes over the stream's push(), through which the connection delivers every further chunk. */
