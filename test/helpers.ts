@@ -326,3 +326,23 @@ export async function stopProcess (child: ChildProcess): Promise<void> {
   child.kill('SIGKILL')
   await exited
 }
+
+/**
+ * Resolves once the connection has pushed into a request stream what `enough` asks for (the bytes
+ * pushed, and whether the end was), reading nothing: for a hook that waits before the plugin's.
+ */
+export async function whenPushed (raw: import('node:stream').Readable, enough: (bytes: number, ended: boolean) => boolean): Promise<void> {
+  const state = (raw as unknown as { _readableState: { length: number, ended: boolean } })._readableState
+  if (enough(state.length, state.ended)) return
+  const push = raw.push
+  await new Promise<void>((resolve) => {
+    raw.push = function (chunk: Buffer | null) {
+      const more = push.call(this, chunk)
+      if (enough(state.length, state.ended)) {
+        raw.push = push
+        resolve()
+      }
+      return more
+    }
+  })
+}

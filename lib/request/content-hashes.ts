@@ -11,6 +11,8 @@ import type { Finding } from '../findings.js'
 export interface RunningDigest {
   /** Whether a Repr-Digest of the whole upload is compared when it completes. */
   readonly checked: boolean
+  /** Whether this request completes the upload. */
+  readonly complete: boolean
   update (bytes: Buffer): void
   /** The mismatches of the whole upload's digest, when this request completes it; else null. */
   findings (): Finding[] | null

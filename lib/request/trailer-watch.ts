@@ -55,10 +55,15 @@ export class TrailerWatch extends PendingContent {
 
   end (source: WatchedSource): boolean {
     this.detach()
+    return this.judgeEnd(source, source.push)
+  }
+
+  /** Concludes on the trailer section: true when it has no integrity field; `push` ends the stream, unless it ended. */
+  judgeEnd (source: WatchedSource, push: ((chunk: Buffer | null) => boolean) | null): boolean {
     const settings = hasIntegrityTrailer(source.trailers) ? this.settingsOf(this.request) : null
-    if (settings === null) return this.concludeVerified([], source.push)
+    if (settings === null) return push === null || this.concludeVerified([], push)
     const problem = problemFor(settings, [refusals.unannouncedTrailer()])
-    this.concludeFailed(problem, (heard) => answerUnheard(problem, heard, this.request, this.reply))
+    this.concludeFailed(problem, (heard) => { if (push !== null) answerUnheard(problem, heard, this.request, this.reply) })
     return false
   }
 }
@@ -71,6 +76,9 @@ export function watchTrailers (request: FastifyRequest, reply: FastifyReply, set
   if (!canHaveTrailers) return null
   const watch = new TrailerWatch(request, reply, settingsOf)
   const source = request.raw as WatchedSource
+  // An end that came before this hook ran (behind an asynchronous hook) was pushed already: it is
+  // judged as it is, and a failure reaches the handler's reader or reply, as a later one would.
+  if ((source as unknown as Source)._readableState.ended) return watch.judgeEnd(source, null) ? null : watch
   source[kTrailerWatch] = watch
   source.push = pushWatchingTrailers
   return watch

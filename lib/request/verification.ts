@@ -4,9 +4,9 @@ import { distinct, type Algorithm } from '../fields/algorithms.js'
 import { contentCodings, UnencodedHasher } from '../fields/unencoded.js'
 import { refusals, type Finding } from '../findings.js'
 import type { Settings } from '../options/settings.js'
-import { problemFor } from '../problems/problems.js'
+import { problemFor, type DigestProblem } from '../problems/problems.js'
 import type { RunningDigest } from './content-hashes.js'
-import { isCutShort } from './source.js'
+import { failSource, isCutShort, type Source } from './source.js'
 import { closeDelimiter, declaredLength, enforcedLength, isPartial, keptTransferCoding } from './framing.js'
 import { announcedFields, judgeFields, type Expectation } from './judge-fields.js'
 import type { PendingContent } from './pending-content.js'
@@ -39,7 +39,15 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
   const upload = uploadRequest?.running ?? null
   // An upload's Repr-Digest is the creation's, of every append together (uploads/resumable.ts).
   const partial = uploadRequest !== null || isPartial(headers['content-range'])
-  const refuse = (findings: readonly Finding[]): void => { done(problemFor(settings, findings)) }
+  const source = request.raw
+  // Content that ended before this hook ran (behind an asynchronous hook) is refused in its stream
+  // too, for a reader that waits for its end there.
+  const ended = (source as unknown as Source)._readableState.ended
+  const fail = (problem: DigestProblem): void => {
+    if (ended) failSource(source, problem)
+    done(problem)
+  }
+  const refuse = (findings: readonly Finding[]): void => { fail(problemFor(settings, findings)) }
   const { findings, expectations } = judgeFields(headers, settings, partial)
   if (findings.length > 0) return refuse(findings)
   const announced = announcedFields(headers)
@@ -90,11 +98,15 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
       codings as string[], algorithmsOf(expectations.filter((e) => !onReceived(e))), request.routeOptions.bodyLimit
     )
     : null
-  const delimiter = closeDelimiter(headers['content-type'])
+  // Content of an upload that neither carries a digest nor completes a checked upload has no verdict
+  // to wait for but its length's: its readers have it as it arrives (draft section 4.4.2 asks that
+  // an interrupted append be kept), all but its end.
+  const compared = expectations.length > 0 || announced.length > 0 || upload === null || (upload.complete && upload.checked)
+  const delimiter = compared ? closeDelimiter(headers['content-type']) : null
   if (delimiter !== null && !Buffer.isBuffer(delimiter)) return refuse([delimiter])
-  const source = request.raw
-  // Bytes a reader took before this hook ran were never hashed: they cannot be verified.
-  if (source.readableDidRead) {
+  // Bytes a reader took before this hook ran were never hashed, nor bytes buffered decoded (setEncoding()):
+  // they cannot be verified.
+  if (source.readableDidRead || (source.readableEncoding !== null && source.readableLength > 0)) {
     return refuse([refusals.readBeforeHook()])
   }
   const verifier = new SourceVerifier(source, {
@@ -110,14 +122,14 @@ export function verifyRequest (request: FastifyRequest, reply: FastifyReply, set
     closeDelimiter: delimiter,
     // An upload's running states are saved where readers' parts end (content-hashes.ts), which a
     // close delimiter's held start may put inside an earlier chunk: a multipart upload keeps the old hold.
-    length: upload !== null && delimiter !== null ? NaN : enforcedLength(request, length)
+    length: !compared ? Infinity : upload !== null && delimiter !== null ? NaN : enforcedLength(request, length)
   })
   if (verifier.takeBuffered()) {
     if (isCutShort(request.raw)) {
       verifier.abort()
       done()
     } else {
-      verifier.judge((problem) => done(problem ?? undefined))
+      verifier.judge((problem) => problem === null ? done() : fail(problem))
     }
     return
   }

@@ -3,12 +3,11 @@
 // loads hashers first) waited in the stream's buffer, hashed but never held: a multipart close
 // delimiter in it was not found, and @fastify/multipart ended the last file before the verdict.
 // What was buffered is now taken back and held as any chunk.
-import { once } from 'node:events'
 import t from 'tap'
 import Fastify, { type FastifyRequest } from 'fastify'
 import fastifyMultipart from '@fastify/multipart'
 import fastifyDigestFields from '../../lib/index.js'
-import { listen, member, rawConnection, type Tap } from '../helpers.js'
+import { listen, member, rawConnection, whenPushed, type Tap } from '../helpers.js'
 
 const boundary = 'XyZ'
 const content = Buffer.concat([
@@ -29,8 +28,7 @@ async function server (t: Tap, read: (outcome: string) => void, reading: () => v
   const app = Fastify()
   t.teardown(() => app.close())
   app.addHook('onRequest', async (request) => {
-    // A 'readable' listener reads nothing: it is told of each chunk buffered.
-    while (request.raw.readableLength < early) await once(request.raw, 'readable')
+    await whenPushed(request.raw, (bytes) => bytes >= early)
   })
   await app.register(fastifyDigestFields)
   await app.register(fastifyMultipart)
